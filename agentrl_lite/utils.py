@@ -1,0 +1,98 @@
+"""Run bookkeeping: profiles, seeds, and results files (every number a lesson claims comes from one)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import random
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+PROFILES = ("smoke", "cpu", "gpu")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve_profile(profile: str | None = None) -> str:
+    """`auto` (the default) means `gpu` when CUDA is available, else `cpu`. Read from AGENTRL_PROFILE."""
+    profile = profile or os.environ.get("AGENTRL_PROFILE", "auto")
+    if profile == "auto":
+        profile = "gpu" if torch.cuda.is_available() else "cpu"
+    if profile not in PROFILES:
+        raise ValueError(f"Unknown profile {profile!r}: choose one of {PROFILES} or 'auto'")
+    return profile
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA) so a run repeats exactly on the same machine."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def device_name() -> str:
+    """The GPU's name when one is used, else the CPU model (from /proc/cpuinfo on Linux)."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def results_dir(profile: str) -> Path:
+    """cpu/gpu results are committed under results/; smoke results go to results/smoke/ (ignored by git),
+    so a smoke run never overwrites a real one."""
+    root = Path(os.environ.get("AGENTRL_RESULTS", REPO_ROOT / "results"))
+    return root / "smoke" if profile == "smoke" else root
+
+
+def current_command() -> str:
+    """The command that produced this run: AGENTRL_COMMAND if a runner set it, else this process's argv."""
+    return os.environ.get("AGENTRL_COMMAND") or " ".join(shlex.quote(a) for a in sys.argv)
+
+
+def write_results(
+    name: str, metrics: dict[str, Any], *, profile: str, model: str, seed: int, command: str | None = None
+) -> Path:
+    """Write `results/<name>.json` with the schema of COURSE.md §7 and return its path.
+
+    When AGENTRL_RUN_DIR is set (by `make course`), a copy also goes to `$AGENTRL_RUN_DIR/results/` so
+    the run's report can quote it.
+    """
+    record = {
+        "profile": profile,
+        "model": model,
+        "device": device_name(),
+        "seed": seed,
+        "command": command or current_command(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "metrics": metrics,
+    }
+    text = json.dumps(record, indent=2, sort_keys=False) + "\n"
+    path = results_dir(profile) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    run_dir = os.environ.get("AGENTRL_RUN_DIR")
+    if run_dir:
+        copy = Path(run_dir) / "results" / f"{name}.json"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text)
+    return path
+
+
+def read_results(name: str, profile: str | None = None) -> dict[str, Any] | None:
+    """Read a committed results file (cpu/gpu, or smoke when asked); None when it does not exist."""
+    path = results_dir(profile or "cpu") / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
