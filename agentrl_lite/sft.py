@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.rollout import end_of_turn_id, render
+from agentrl_lite.scoring import token_logprobs
 
 
 @dataclass
@@ -91,11 +92,8 @@ def sft(
         input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch], device=device)
         attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch], device=device)
         labels_mask = torch.tensor([m + [0] * (width - len(m)) for _, m in batch], device=device)
-        logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
-        targets = input_ids[:, 1:]
-        mask = labels_mask[:, 1:].float()  # predict token t from the prefix before it
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-        loss = (nll * mask).sum() / mask.sum()  # mean over assistant tokens of the batch
+        logprobs = token_logprobs(model, input_ids, attention, labels_mask)
+        loss = -logprobs.sum() / labels_mask[:, 1:].sum()  # mean NLL over the batch's assistant tokens
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)

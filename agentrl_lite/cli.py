@@ -1,0 +1,137 @@
+"""The `agentrl-lite` command (also `python -m agentrl_lite`).
+
+agentrl-lite course [--profile auto] [--notebooks notebooks] [--only GLOB] [--out runs]
+    run every lesson into runs/<UTC timestamp>/ with report.md; exit 1 if a notebook failed
+agentrl-lite exercises [--check] [--solutions solutions] [--exercises exercises]
+    regenerate exercises/ from solutions/; with --check change nothing, exit 1 if any is stale
+agentrl-lite strip [--check] PATH...
+    store notebooks without outputs and execution counts; with --check change nothing, exit 1 if any has them
+agentrl-lite data [--out data]
+    regenerate the task files under data/ (deterministic, from fixed seeds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _course(args: argparse.Namespace) -> int:
+    from agentrl_lite.runner import failed_notebooks, run_course
+
+    try:
+        run_dir = run_course(args.notebooks, profile=args.profile, out_root=args.out, only=args.only)
+    except FileNotFoundError as exc:
+        print(exc)
+        return 2
+    failed = failed_notebooks(run_dir)
+    print(f"Report: {run_dir / 'report.md'}")
+    if failed:
+        print(
+            f"{len(failed)} notebook(s) failed: {', '.join(failed)} (executed copies with tracebacks in {run_dir})"
+        )
+        return 1
+    return 0
+
+
+def _exercises(args: argparse.Namespace) -> int:
+    from agentrl_lite.course import build_exercises
+
+    if not Path(args.solutions).is_dir():
+        print(f"No solutions folder at {args.solutions}: run from the repository root or pass --solutions")
+        return 2
+    paths = build_exercises(args.solutions, args.exercises, check=args.check)
+    if args.check:
+        for path in paths:
+            print(f"stale: {path}")
+        if paths:
+            print(
+                "Exercises are out of date with their solutions: run `agentrl-lite exercises` and commit the result"
+            )
+            return 1
+        print("Exercises are up to date.")
+        return 0
+    for path in paths:
+        print(f"wrote: {path}")
+    print(f"{len(paths)} exercise notebook(s) changed.")
+    return 0
+
+
+def _strip(args: argparse.Namespace) -> int:
+    from agentrl_lite.course import strip_outputs
+
+    dirty = [path for path in map(Path, args.paths) if strip_outputs(path, dry_run=args.check)]
+    for path in dirty:
+        print(f"{'has outputs' if args.check else 'stripped'}: {path}")
+    if args.check and dirty:
+        print("Store notebooks without outputs: run `agentrl-lite strip` on them")
+        return 1
+    return 0
+
+
+def _data(args: argparse.Namespace) -> int:
+    from agentrl_lite.data import build_all
+
+    for path in build_all(args.out) if args.out else build_all():
+        print(f"wrote: {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentrl-lite", description="Run the agentrl_lite course and manage its notebooks."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    course = sub.add_parser(
+        "course", help="execute every lesson notebook and write runs/<timestamp>/report.md"
+    )
+    course.add_argument(
+        "--profile",
+        default="auto",
+        choices=["auto", "smoke", "cpu", "gpu"],
+        help="smoke: CI-sized; cpu: a laptop; gpu: one GPU; auto: gpu when CUDA is available, else cpu",
+    )
+    course.add_argument(
+        "--notebooks", default="notebooks", help="folder of the notebooks to run (default: notebooks)"
+    )
+    course.add_argument(
+        "--only", default=None, metavar="GLOB", help="run only notebooks whose file name matches, e.g. '03_*'"
+    )
+    course.add_argument("--out", default="runs", help="folder that receives the run folder (default: runs)")
+    course.set_defaults(func=_course)
+
+    exercises = sub.add_parser("exercises", help="generate exercises/ from the solution notebooks")
+    exercises.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when an exercise is stale or missing"
+    )
+    exercises.add_argument(
+        "--solutions", default="solutions", help="folder of solution notebooks (default: solutions)"
+    )
+    exercises.add_argument(
+        "--exercises", default="exercises", help="folder of exercise notebooks (default: exercises)"
+    )
+    exercises.set_defaults(func=_exercises)
+
+    strip = sub.add_parser("strip", help="remove outputs and execution counts from notebooks, in place")
+    strip.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when a notebook has outputs"
+    )
+    strip.add_argument("paths", nargs="+", metavar="PATH", help="notebook files")
+    strip.set_defaults(func=_strip)
+
+    data = sub.add_parser("data", help="regenerate the task files under data/ from fixed seeds")
+    data.add_argument("--out", default=None, help="folder to write (default: the repository's data/)")
+    data.set_defaults(func=_data)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Course machinery: exercise notebooks generated from solutions, and the check cells that grade them.
+
+One source of truth. A solution notebook marks each answer with two comment lines, indented like the code:
+
+    def group_advantages(rewards, group_size):
+        # BEGIN SOLUTION: normalise each reward within its group
+        grouped = rewards.view(-1, group_size)
+        ...
+        # END SOLUTION
+
+`make_exercise` replaces the region by `raise NotImplementedError("Exercise: <hint>")` at the same
+indentation (hint after `BEGIN SOLUTION:`, default "your code here") and strips all outputs;
+`build_exercises` writes `exercises/NN_name.ipynb` for every `solutions/NN_name.ipynb`, byte for byte the
+same on every run, so `agentrl-lite exercises --check` can tell exactly when an exercise is stale.
+Put regions inside function bodies: the exercise notebook then still defines every name, and only the
+cells that call the stub stop.
+
+A check cell follows each task:
+
+    def test_group_advantages():
+        adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), group_size=2)
+        assert torch.allclose(adv, torch.tensor([0.7071, -0.7071, -0.7071, 0.7071]), atol=1e-4), f"got {adv}"
+
+    check("group advantages", test_group_advantages)
+
+It prints `PASS: group advantages` when the asserts hold, else `FAIL: group advantages — <reason>` and
+raises, so the cell shows as an error (NotImplementedError while the stub is still there).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+
+BEGIN_RE = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION(?::[ \t]*(?P<hint>.*?))?[ \t]*$")
+END_RE = re.compile(r"^(?P<indent>[ \t]*)# END SOLUTION[ \t]*$")
+DEFAULT_HINT = "your code here"
+STUB_MARK = 'raise NotImplementedError("Exercise: '
+"""Every stub line the generator writes contains this; the runner uses it to recognise stub cells."""
+CHECK_CALL_RE = re.compile(r"\bcheck\(")
+"""A cell whose source calls `check(` is a check cell."""
+CHECK_LINE_RE = re.compile(r"^(?:PASS: (?P<passed>.+?)|FAIL: (?P<failed>.+?) — .*)$", re.MULTILINE)
+GENERATED_KEY = "agentrl_lite"
+"""Notebook metadata key under which an exercise records the solution it was generated from."""
+
+
+# --- exercises from solutions ----------------------------------------------------------------------------
+
+
+def _stub_source(source: str, where: str) -> str:
+    """Replace every solution region in one cell's source by a NotImplementedError stub."""
+    out: list[str] = []
+    open_at: int | None = None
+    for lineno, line in enumerate(source.split("\n"), start=1):
+        begin, end = BEGIN_RE.match(line), END_RE.match(line)
+        if begin:
+            if open_at is not None:
+                raise ValueError(
+                    f"{where}, line {lineno}: '# BEGIN SOLUTION' inside the region opened at line {open_at}; "
+                    "close it with '# END SOLUTION' first (regions do not nest)"
+                )
+            open_at = lineno
+            hint = begin.group("hint") or DEFAULT_HINT
+            out.append(
+                f"{begin.group('indent')}raise NotImplementedError({json.dumps('Exercise: ' + hint, ensure_ascii=False)})"
+            )
+        elif end:
+            if open_at is None:
+                raise ValueError(
+                    f"{where}, line {lineno}: '# END SOLUTION' without a '# BEGIN SOLUTION' above it"
+                )
+            open_at = None
+        elif open_at is None:
+            out.append(line)
+    if open_at is not None:
+        raise ValueError(f"{where}, line {open_at}: '# BEGIN SOLUTION' is never closed by '# END SOLUTION'")
+    return "\n".join(out)
+
+
+def _clean_cell(cell: nbformat.NotebookNode) -> None:
+    """Drop what execution adds to a cell: outputs, execution counts, run timestamps."""
+    if cell.cell_type == "code":
+        cell.outputs = []
+        cell.execution_count = None
+    for key in ("execution", "papermill", "ExecuteTime"):
+        cell.metadata.pop(key, None)
+
+
+def _clean_notebook(nb: nbformat.NotebookNode) -> None:
+    """Drop outputs and run metadata from every cell, and run state (papermill, widget state) from the notebook."""
+    for cell in nb.cells:
+        _clean_cell(cell)
+    for key in ("papermill", "widgets"):
+        nb.metadata.pop(key, None)
+
+
+def _ensure_cell_ids(nb: nbformat.NotebookNode) -> None:
+    """nbformat ≥4.5 requires cell ids; give missing ones a deterministic id (nbformat would pick random ones)."""
+    if (nb.nbformat, nb.nbformat_minor) < (4, 5):
+        return
+    taken = {cell.get("id") for cell in nb.cells}
+    for i, cell in enumerate(nb.cells):
+        if not cell.get("id"):
+            cell.id = next(f"cell-{i}-{n}" for n in range(len(nb.cells) + 1) if f"cell-{i}-{n}" not in taken)
+            taken.add(cell.id)
+
+
+def notebook_text(nb: nbformat.NotebookNode) -> str:
+    """The notebook as stored on disk: nbformat's fixed JSON layout plus a trailing newline, so equal
+    notebooks are equal bytes."""
+    _ensure_cell_ids(nb)
+    text = nbformat.writes(nb, version=nbformat.NO_CONVERT)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _read(path: str | Path) -> nbformat.NotebookNode:
+    return nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
+
+
+def make_exercise(
+    solution_nb: nbformat.NotebookNode | str | Path, source: str | None = None
+) -> nbformat.NotebookNode:
+    """The exercise notebook for a solution notebook (a path or a loaded notebook; the input is not modified).
+
+    `source` names the solution in the "generated from" notice and in error messages (default: the path).
+    Raises ValueError naming the file and cell when a region is unbalanced.
+    """
+    if isinstance(solution_nb, str | Path):
+        source = source or Path(solution_nb).as_posix()
+        solution_nb = _read(solution_nb)
+    source = source or "a solution notebook"
+    nb = copy.deepcopy(solution_nb)  # never touch the caller's notebook
+    _clean_notebook(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            cell.source = _stub_source(cell.source, f"{source}: cell {i}")
+    notice = nbformat.v4.new_markdown_cell(
+        f"> **Exercise notebook.** Generated from `{source}` by `agentrl-lite exercises`; "
+        "edit the solution, not this file.\n"
+        '> Replace each `raise NotImplementedError("Exercise: …")` with your code; '
+        "the check cell after each task prints `PASS` when you are right."
+    )
+    notice.metadata = {"tags": ["generated-notice"]}
+    if (nb.nbformat, nb.nbformat_minor) >= (4, 5):
+        notice.id = "generated-notice"
+    else:
+        notice.pop("id", None)
+    nb.cells.insert(0, notice)
+    nb.metadata[GENERATED_KEY] = {"generated_from": source}
+    return nb
+
+
+def build_exercises(
+    solutions_dir: str | Path = "solutions", exercises_dir: str | Path = "exercises", check: bool = False
+) -> list[Path]:
+    """Generate `exercises_dir/<name>.ipynb` from every `solutions_dir/<name>.ipynb`.
+
+    Returns the exercise files written. With `check=True` writes nothing and returns the exercise files
+    that are stale or missing, plus generated exercises whose solution no longer exists.
+    Without `check`, such orphaned generated exercises are deleted (hand-written files are left alone).
+    """
+    solutions_dir, exercises_dir = Path(solutions_dir), Path(exercises_dir)
+    touched: list[Path] = []
+    expected: set[Path] = set()
+    for solution in sorted(solutions_dir.glob("*.ipynb")):
+        exercise = exercises_dir / solution.name
+        expected.add(exercise)
+        text = notebook_text(make_exercise(solution, source=f"{solutions_dir.name}/{solution.name}"))
+        current = exercise.read_text(encoding="utf-8") if exercise.exists() else None
+        if current == text:
+            continue
+        touched.append(exercise)
+        if not check:
+            exercise.parent.mkdir(parents=True, exist_ok=True)
+            exercise.write_text(text, encoding="utf-8", newline="\n")
+    for orphan in sorted(exercises_dir.glob("*.ipynb")):
+        if orphan not in expected and GENERATED_KEY in _read(orphan).metadata:
+            touched.append(orphan)
+            if not check:
+                orphan.unlink()
+    return touched
+
+
+def strip_outputs(path: str | Path, dry_run: bool = False) -> bool:
+    """Store a notebook without outputs, with null execution counts and no run metadata, in nbformat's
+    fixed layout. Returns True when the file changed (with `dry_run`: would change; nothing is written)."""
+    path = Path(path)
+    before = path.read_text(encoding="utf-8")
+    nb = nbformat.reads(before, as_version=nbformat.NO_CONVERT)
+    _clean_notebook(nb)
+    after = notebook_text(nb)
+    if after != before and not dry_run:
+        path.write_text(after, encoding="utf-8", newline="\n")
+    return after != before
+
+
+# --- check cells --------------------------------------------------------------------------------------------
+
+
+def _reason(exc: BaseException) -> str:
+    """One line telling the learner why a check failed."""
+    if isinstance(exc, NotImplementedError):
+        return "not implemented yet"
+    if isinstance(exc, AssertionError):
+        if str(exc):
+            return str(exc).splitlines()[0]
+        frames = traceback.extract_tb(exc.__traceback__)
+        line = frames[-1].line if frames else ""
+        return f"assertion failed: {line}" if line else "assertion failed"
+    first_line = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+
+
+def check(name: str, fn: Callable[[], None], *, raise_on_fail: bool = True) -> bool:
+    """Run one exercise check and print exactly one line: `PASS: <name>` or `FAIL: <name> — <reason>`.
+
+    `fn` holds the asserts that call the learner's code. Returns True on success. On failure:
+    - a NotImplementedError (the stub is still there) is re-raised unchanged, so in an exercise notebook the
+      check cell errors with ename NotImplementedError and nothing after it pretends to work;
+    - an AssertionError or any other exception becomes `AssertionError("<name>: <reason>")`, so a wrong
+      answer reads as a failed check, not as a crash inside the library;
+    - with `raise_on_fail=False` nothing is raised and False is returned (to grade several checks in a loop).
+    """
+    if not name or "\n" in name or " — " in name:
+        raise ValueError(f"A check's name must be one non-empty line without ' — ' (got {name!r})")
+    try:
+        fn()
+    except Exception as exc:
+        print(f"FAIL: {name} — {_reason(exc)}", flush=True)
+        if not raise_on_fail:
+            return False
+        if isinstance(exc, NotImplementedError):
+            raise
+        raise AssertionError(f"{name}: {_reason(exc)}") from exc
+    print(f"PASS: {name}", flush=True)
+    return True
+
+
+def check_outcomes(nb: nbformat.NotebookNode) -> dict[str, bool]:
+    """Every check an executed notebook ran: name → True (PASS) / False (FAIL), read from stream outputs."""
+    outcomes: dict[str, bool] = {}
+    for cell in nb.cells:
+        for match in CHECK_LINE_RE.finditer(cell_stdout(cell)):
+            if match.group("passed") is not None:
+                outcomes[match.group("passed")] = outcomes.get(match.group("passed"), True)
+            else:
+                outcomes[match.group("failed")] = False
+    return outcomes
+
+
+def cell_stdout(cell: nbformat.NotebookNode) -> str:
+    """The text a code cell printed to stdout (empty for other cells)."""
+    if cell.cell_type != "code":
+        return ""
+    return "".join(
+        "".join(out.text) if isinstance(out.text, list) else out.text
+        for out in cell.get("outputs", [])
+        if out.output_type == "stream" and out.name == "stdout"
+    )
+
+
+def is_check_cell(cell: nbformat.NotebookNode) -> bool:
+    """A code cell that calls `check(`."""
+    return cell.cell_type == "code" and bool(CHECK_CALL_RE.search(cell.source))
+
+
+def is_stub_cell(cell: nbformat.NotebookNode) -> bool:
+    """A code cell holding at least one generated NotImplementedError stub."""
+    return cell.cell_type == "code" and STUB_MARK in cell.source

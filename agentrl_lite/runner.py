@@ -1,0 +1,356 @@
+"""Execute notebooks with papermill, and run the whole course into `runs/<timestamp>/` with a report.
+
+`execute_notebook` runs one notebook in a fresh `python3` kernel, in the notebook's own folder (so relative
+paths such as `../data` behave as in JupyterLab), with `AGENTRL_PROFILE` set, and records what went wrong
+cell by cell. `run_course` runs every lesson in order and writes, under `runs/<UTC timestamp>/`:
+the executed notebooks, `plots/<notebook>_<i>.png` (every PNG a notebook displayed), `results/*.json`
+(copies of the results files the lessons wrote, see `utils.write_results`), `runs.json` (status per
+notebook, for machines) and `report.md` (status and runtime per notebook, headline numbers, plots).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as _dt
+import fnmatch
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import papermill
+from papermill.exceptions import PapermillExecutionError
+from papermill.execute import ERROR_MARKER_TAG
+from tqdm.auto import tqdm
+
+import agentrl_lite
+from agentrl_lite.course import is_check_cell, is_stub_cell
+from agentrl_lite.utils import device_name, resolve_profile
+
+KERNEL = "python3"
+BUDGET_S = {"smoke": 150, "cpu": 20 * 60, "gpu": 30 * 60}
+"""Stated wall-clock budget per notebook and profile (COURSE.md §3); the report flags notebooks above it."""
+PACKAGE_ROOT = Path(agentrl_lite.__file__).resolve().parent.parent
+"""The folder holding the `agentrl_lite` package this runner imported; kernels import the same one."""
+
+
+@dataclass
+class CellError:
+    """One error a cell raised while a notebook ran."""
+
+    cell_index: int
+    """index in the notebook as stored (markdown cells count; papermill's error banner cells do not)"""
+    ename: str
+    """exception class name, e.g. NotImplementedError; CellTimeoutError / DeadKernelError when execution stopped"""
+    evalue: str
+    """the exception message"""
+    stub: bool
+    """the cell holds a generated `raise NotImplementedError("Exercise: ...")` stub"""
+    check: bool
+    """the cell is a check cell (calls `check(`)"""
+
+
+@dataclass
+class NotebookRun:
+    """What happened when one notebook ran."""
+
+    path: Path
+    """the notebook that ran"""
+    out_path: Path
+    """the executed copy, with outputs"""
+    profile: str
+    """the profile it ran under (AGENTRL_PROFILE)"""
+    seconds: float
+    """wall time including kernel start-up"""
+    errors: list[CellError]
+    """every error, in cell order (only the first one unless allow_errors)"""
+    notebook: nbformat.NotebookNode = field(repr=False)
+    """the executed notebook, read back from out_path"""
+
+    @property
+    def status(self) -> str:
+        """`ok` when no cell raised, else `failed`."""
+        return "failed" if self.errors else "ok"
+
+    def slowest_cells(self, n: int = 3) -> list[tuple[int, float]]:
+        """(cell index, seconds) of the n slowest cells, from papermill's per-cell timings."""
+        timings = [
+            (i, cell.get("metadata", {}).get("papermill", {}).get("duration") or 0.0)
+            for i, cell in enumerate(_stored_cells(self.notebook))
+        ]
+        return sorted(timings, key=lambda t: -t[1])[:n]
+
+    @property
+    def error(self) -> str | None:
+        """`<ename>: <evalue> (cell <i>)` of the first failing cell, None when it ran clean."""
+        if not self.errors:
+            return None
+        first = self.errors[0]
+        return f"{first.ename}: {first.evalue} (cell {first.cell_index})"
+
+
+@contextlib.contextmanager
+def _environ(updates: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of the block (kernels inherit this process's environment)."""
+    saved = {key: os.environ.get(key) for key in updates}
+    os.environ.update(updates)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _stored_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    """The executed notebook's cells without the banner cells papermill inserts on error, so indices match
+    the stored notebook."""
+    return [cell for cell in nb.cells if ERROR_MARKER_TAG not in cell.get("metadata", {}).get("tags", [])]
+
+
+def _cell_errors(nb: nbformat.NotebookNode) -> list[CellError]:
+    errors = []
+    for index, cell in enumerate(_stored_cells(nb)):
+        for out in cell.get("outputs", []):
+            if out.output_type != "error":
+                continue
+            if out.ename == "SystemExit" and out.evalue in ("", "0"):
+                continue  # sys.exit(0) ends a notebook early on purpose
+            errors.append(CellError(index, out.ename, out.evalue, is_stub_cell(cell), is_check_cell(cell)))
+    return errors
+
+
+def _last_started_cell(nb: nbformat.NotebookNode) -> int:
+    """The cell running when execution stopped without an error output (timeout, dead kernel)."""
+    started = [
+        i
+        for i, cell in enumerate(_stored_cells(nb))
+        if cell.get("metadata", {}).get("papermill", {}).get("start_time")
+    ]
+    return started[-1] if started else -1
+
+
+def execute_notebook(
+    path: str | Path,
+    out_path: str | Path,
+    profile: str,
+    timeout_per_cell: int | None = 1800,
+    allow_errors: bool = False,
+    env: dict[str, str] | None = None,
+) -> NotebookRun:
+    """Run a notebook top to bottom in a fresh kernel and write the executed copy to `out_path`.
+
+    The kernel sees `AGENTRL_PROFILE=<profile>`, this package on PYTHONPATH, and `env`. It runs in the
+    notebook's own folder. Execution stops at the first failing cell unless `allow_errors` (then every cell
+    runs and every error is recorded, which is how exercise notebooks are checked). A cell running longer
+    than `timeout_per_cell` seconds stops the notebook with a CellTimeoutError.
+    """
+    path, out_path = Path(path).resolve(), Path(out_path).resolve()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if out_path.exists():
+        out_path.unlink()  # never mistake an older executed copy for this run's
+    pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    stopped: Exception | None = None
+    start = time.perf_counter()
+    with _environ({"AGENTRL_PROFILE": profile, "PYTHONPATH": pythonpath, **(env or {})}):
+        try:
+            papermill.execute_notebook(
+                str(path),
+                str(out_path),
+                kernel_name=KERNEL,
+                cwd=str(path.parent),
+                progress_bar=False,
+                execution_timeout=timeout_per_cell,
+                allow_errors=allow_errors,
+            )
+        except PapermillExecutionError:
+            pass  # the failing cells carry error outputs in the executed copy; read below
+        except Exception as exc:  # timeout, dead kernel, kernel that never started: no error output anywhere
+            stopped = exc
+    seconds = time.perf_counter() - start
+    executed = nbformat.read(str(out_path if out_path.exists() else path), as_version=nbformat.NO_CONVERT)
+    errors = _cell_errors(executed)
+    if stopped is not None:
+        index = _last_started_cell(executed)
+        cell = _stored_cells(executed)[index] if index >= 0 else nbformat.v4.new_markdown_cell()
+        message = str(stopped).strip().splitlines()
+        # the stopped cell may also show the KeyboardInterrupt of the kernel's shutdown: the stop is the error
+        errors = [e for e in errors if e.cell_index != index]
+        errors.append(
+            CellError(
+                index,
+                type(stopped).__name__,
+                message[0] if message else "",
+                is_stub_cell(cell),
+                is_check_cell(cell),
+            )
+        )
+        errors.sort(key=lambda e: e.cell_index)
+    return NotebookRun(path, out_path, profile, seconds, errors, executed)
+
+
+# --- the whole course ----------------------------------------------------------------------------------------
+
+
+def _new_run_dir(out_root: Path) -> Path:
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    run_dir = out_root / stamp
+    n = 1
+    while run_dir.exists():
+        run_dir = out_root / f"{stamp}-{n}"
+        n += 1
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def extract_plots(run: NotebookRun, plots_dir: Path) -> list[Path]:
+    """Save every PNG the executed notebook displayed as `plots_dir/<notebook>_<i>.png` (i counts from 0)."""
+    paths = []
+    for cell in run.notebook.cells:
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png is None:
+                continue
+            plot = plots_dir / f"{run.path.stem}_{len(paths)}.png"
+            plot.parent.mkdir(parents=True, exist_ok=True)
+            plot.write_bytes(base64.b64decode("".join(png) if isinstance(png, list) else png))
+            paths.append(plot)
+    return paths
+
+
+def _cell(value: Any) -> str:
+    """A value as one markdown table cell."""
+    if isinstance(value, float):
+        value = f"{value:.4g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _scalars(metrics: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Headline numbers: scalar metrics (numbers, strings, booleans), nested dicts flattened as a.b; lists
+    (curves) are left to the plots."""
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            yield from _scalars(value, f"{prefix}{key}.")
+        elif isinstance(value, bool | int | float | str) or value is None:
+            yield f"{prefix}{key}", value
+
+
+def _report(
+    run_dir: Path, runs: list[NotebookRun], plots: dict[str, list[Path]], profile: str, command: str
+) -> str:
+    failed = [run for run in runs if run.status != "ok"]
+    budget = BUDGET_S[profile]
+    lines = [
+        f"# Course run {run_dir.name}",
+        "",
+        f"- command: `{command}`",
+        f"- profile: {profile} (budget {budget} s per notebook)",
+        f"- device: {device_name()}",
+        f"- notebooks: {len(runs)} run, {len(failed)} failed; total {sum(r.seconds for r in runs):.1f} s",
+        "",
+        "## Notebooks",
+        "",
+        "| notebook | status | runtime (s) | first error |",
+        "|---|---|---:|---|",
+    ]
+    for run in runs:
+        over = f" (over the {budget} s budget)" if run.seconds > budget else ""
+        lines.append(
+            f"| [{run.path.name}]({run.out_path.name}) | {run.status} | {run.seconds:.1f}{over} | {_cell(run.error or '')} |"
+        )
+    lines += ["", "## Headline numbers", ""]
+    results = sorted((run_dir / "results").glob("*.json"))
+    if not results:
+        lines.append("No notebook wrote a results file in this run.")
+    for path in results:
+        record = json.loads(path.read_text())
+        lines += [
+            f"### {path.stem}",
+            "",
+            f"profile {record.get('profile')} · model `{record.get('model')}` · device {record.get('device')} · "
+            f"seed {record.get('seed')} · [results/{path.name}](results/{path.name})",
+            "",
+            "| metric | value |",
+            "|---|---:|",
+        ]
+        lines += [f"| {_cell(key)} | {_cell(value)} |" for key, value in _scalars(record.get("metrics", {}))]
+        lines.append("")
+    lines += ["## Plots", ""] if results else ["", "## Plots", ""]
+    if not any(plots.values()):
+        lines.append("No notebook displayed a plot in this run.")
+    for name, paths in plots.items():
+        if paths:
+            lines += [f"### {name}", ""]
+            lines += [f"![{p.stem}](plots/{p.name})" for p in paths]
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run_course(
+    notebooks_dir: str | Path = "notebooks",
+    profile: str = "auto",
+    out_root: str | Path = "runs",
+    only: str | None = None,
+    command: str | None = None,
+) -> Path:
+    """Execute every `notebooks_dir/*.ipynb` in name order (those matching the glob `only`, if given) and
+    write the run folder described at the top of this module. Returns the run folder.
+
+    A failing notebook does not stop the run; read `runs.json` or the report for the statuses.
+    `command` is what results files record as the command that wrote them (default: AGENTRL_COMMAND if
+    set, e.g. by `make course`, else the equivalent `agentrl-lite course ...` line).
+    """
+    profile = resolve_profile(profile)
+    notebooks_dir = Path(notebooks_dir)
+    notebooks = [
+        p for p in sorted(notebooks_dir.glob("*.ipynb")) if only is None or fnmatch.fnmatch(p.name, only)
+    ]
+    if not notebooks:
+        raise FileNotFoundError(
+            f"No notebooks matching {only or '*.ipynb'} in {notebooks_dir}/: check --notebooks / --only"
+        )
+    if command is None:
+        only_arg = f" --only '{only}'" if only else ""
+        command = os.environ.get("AGENTRL_COMMAND") or (
+            f"agentrl-lite course --profile {profile} --notebooks {notebooks_dir.as_posix()}{only_arg}"
+        )
+    run_dir = _new_run_dir(Path(out_root))
+    runs = []
+    with _environ({"AGENTRL_RUN_DIR": str(run_dir.resolve()), "AGENTRL_COMMAND": command}):
+        progress = tqdm(notebooks, desc=f"course [{profile}]", unit="notebook")
+        for notebook in progress:
+            progress.set_postfix_str(notebook.name)
+            runs.append(
+                execute_notebook(
+                    notebook, run_dir / notebook.name, profile, timeout_per_cell=2 * BUDGET_S[profile]
+                )
+            )
+    plots = {run.path.stem: extract_plots(run, run_dir / "plots") for run in runs}
+    summary = [
+        {
+            "notebook": run.path.name,
+            "status": run.status,
+            "seconds": round(run.seconds, 2),
+            "error": run.error,
+            "errors": [asdict(e) for e in run.errors],
+        }
+        for run in runs
+    ]
+    (run_dir / "runs.json").write_text(
+        json.dumps({"profile": profile, "command": command, "notebooks": summary}, indent=2) + "\n"
+    )
+    (run_dir / "report.md").write_text(_report(run_dir, runs, plots, profile, command))
+    return run_dir
+
+
+def failed_notebooks(run_dir: str | Path) -> list[str]:
+    """Names of the notebooks that failed in a run folder written by `run_course`."""
+    summary = json.loads((Path(run_dir) / "runs.json").read_text())
+    return [entry["notebook"] for entry in summary["notebooks"] if entry["status"] != "ok"]

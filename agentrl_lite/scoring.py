@@ -1,0 +1,41 @@
+"""Scoring tokens under the policy: log π_θ(token_t | tokens_<t) for the tokens a loss needs.
+
+Both SFT and RL need per-token log-probabilities of given sequences, on a subset of positions (assistant or
+policy tokens). The vocabulary projection is the most expensive part of a small model's forward pass
+(49k × hidden for every position), so we project only the positions whose next token is scored.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+
+def token_logprobs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    score_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Per-token log-probabilities, computed only where needed.
+
+    Args:
+        input_ids: (batch, seq) int — whole sequences (prompt and completion)
+        attention_mask: (batch, seq) int — 1 on real tokens, 0 on padding
+        score_mask: (batch, seq) int — 1 on tokens to score (e.g. model_mask); position 0 is never scored
+        temperature: logits are divided by it, as at sampling time
+
+    Returns:
+        (batch, seq) float — log π(input_ids[:, t] | input_ids[:, :t]) where score_mask is 1, else 0.
+    """
+    needed = score_mask[:, 1:].bool()  # token t is predicted by the logits at position t - 1
+    keep = needed.any(dim=0).nonzero().squeeze(-1)  # positions some row needs: shared across the batch
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    if keep.numel() == 0:
+        return out
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
+    targets = input_ids[:, keep + 1]  # (batch, kept)
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    out[:, keep + 1] = logprobs * needed[:, keep]
+    return out

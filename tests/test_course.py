@@ -1,0 +1,264 @@
+"""Exercise generation and check cells (agentrl_lite.course): no kernels, runs in about a second."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import linecache
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from agentrl_lite.cli import main
+from agentrl_lite.course import (
+    GENERATED_KEY,
+    build_exercises,
+    check,
+    check_outcomes,
+    make_exercise,
+    notebook_text,
+    strip_outputs,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+METHOD_SOURCE = '''class Baseline:
+    def value(self, rewards):
+        """Mean reward of the group."""
+        # BEGIN SOLUTION: average the rewards
+        total = sum(rewards)
+        return total / len(rewards)
+        # END SOLUTION'''
+METHOD_STUB = '''class Baseline:
+    def value(self, rewards):
+        """Mean reward of the group."""
+        raise NotImplementedError("Exercise: average the rewards")'''
+TOP_LEVEL_SOURCE = "x = 1\n# BEGIN SOLUTION\ny = x + 1\n# END SOLUTION\nprint(x)"
+TOP_LEVEL_STUB = 'x = 1\nraise NotImplementedError("Exercise: your code here")\nprint(x)'
+
+
+def _notebook(*sources: str) -> nbformat.NotebookNode:
+    """A solution notebook: a title, a parameters cell, then one executed code cell per source."""
+    params = new_code_cell('import os\n\nPROFILE = os.environ.get("AGENTRL_PROFILE", "auto")')
+    params.metadata["tags"] = ["parameters"]
+    cells = [new_markdown_cell("# Title"), params]
+    for n, source in enumerate(sources, start=1):
+        cell = new_code_cell(source, execution_count=n)
+        cell.outputs = [new_output("stream", name="stdout", text="PASS: something\n")]
+        cell.metadata["execution"] = {"iopub.status.idle": "2025-01-01T00:00:00Z"}
+        cells.append(cell)
+    nb = new_notebook(
+        cells=cells,
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"cell{i}"
+    return nb
+
+
+def _write(path: Path, nb: nbformat.NotebookNode) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(notebook_text(nb))
+    return path
+
+
+def test_make_exercise_replaces_regions_at_their_indentation_with_the_hint() -> None:
+    solution = _notebook(METHOD_SOURCE, TOP_LEVEL_SOURCE)
+    before = copy.deepcopy(solution)
+    exercise = make_exercise(solution, source="solutions/99_demo.ipynb")
+    assert solution == before, "make_exercise must not modify its input"
+    code = [cell for cell in exercise.cells if cell.cell_type == "code"]
+    assert [cell.source for cell in code] == [solution.cells[1].source, METHOD_STUB, TOP_LEVEL_STUB]
+    assert code[0].metadata["tags"] == ["parameters"], "cell metadata (tags) must survive"
+
+
+def test_make_exercise_strips_outputs_and_marks_itself_generated() -> None:
+    exercise = make_exercise(_notebook(METHOD_SOURCE), source="solutions/99_demo.ipynb")
+    text = notebook_text(exercise)
+    assert "SOLUTION" not in text and "total = sum(rewards)" not in text
+    for cell in exercise.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None and "execution" not in cell.metadata
+    notice = exercise.cells[0]
+    assert notice.cell_type == "markdown" and "solutions/99_demo.ipynb" in notice.source
+    assert "edit the solution, not this file" in notice.source
+    assert exercise.metadata[GENERATED_KEY] == {"generated_from": "solutions/99_demo.ipynb"}
+    assert exercise.cells[1].source == "# Title"
+
+
+def test_fixture_exercise_is_valid_python() -> None:
+    exercise = make_exercise(FIXTURES / "solutions" / "00_tiny.ipynb")
+    for cell in exercise.cells:
+        if cell.cell_type == "code":
+            ast.parse(cell.source)  # a SyntaxError here means the stub broke the cell
+    assert (
+        sum("NotImplementedError" in cell.source for cell in exercise.cells if cell.cell_type == "code") == 1
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("def f():\n    # BEGIN SOLUTION\n    return 1\n", "never closed"),
+        ("def f():\n    return 1\n    # END SOLUTION\n", "without a '# BEGIN SOLUTION'"),
+        ("# BEGIN SOLUTION\na = 1\n# BEGIN SOLUTION: again\nb = 2\n# END SOLUTION\n", "do not nest"),
+    ],
+)
+def test_make_exercise_rejects_unbalanced_regions_naming_file_and_cell(
+    source: str, problem: str, tmp_path: Path
+) -> None:
+    path = _write(tmp_path / "07_bad.ipynb", _notebook("a = 0", source))
+    with pytest.raises(ValueError, match=problem) as info:
+        make_exercise(path)
+    assert "07_bad.ipynb" in str(info.value) and "cell 3" in str(info.value)
+
+
+def test_build_exercises_writes_then_reports_exactly_what_is_stale(tmp_path: Path) -> None:
+    solutions, exercises = tmp_path / "solutions", tmp_path / "exercises"
+    _write(solutions / "01_a.ipynb", _notebook(METHOD_SOURCE))
+    _write(solutions / "02_b.ipynb", _notebook(TOP_LEVEL_SOURCE))
+    assert build_exercises(solutions, exercises, check=True) == [
+        exercises / "01_a.ipynb",
+        exercises / "02_b.ipynb",
+    ]
+    assert not exercises.exists(), "check=True must write nothing"
+
+    assert build_exercises(solutions, exercises) == [exercises / "01_a.ipynb", exercises / "02_b.ipynb"]
+    assert build_exercises(solutions, exercises, check=True) == []
+    assert "Generated from `solutions/01_a.ipynb`" in (exercises / "01_a.ipynb").read_text()
+
+    _write(solutions / "02_b.ipynb", _notebook(TOP_LEVEL_SOURCE.replace("y = x + 1", "y = x + 2")))
+    assert build_exercises(solutions, exercises, check=True) == [], "a change inside a region does not show"
+    _write(solutions / "02_b.ipynb", _notebook(TOP_LEVEL_SOURCE.replace("print(x)", "print(x, y)")))
+    assert build_exercises(solutions, exercises, check=True) == [exercises / "02_b.ipynb"]
+
+    (solutions / "01_a.ipynb").unlink()
+    _write(exercises / "90_hand_written.ipynb", _notebook("a = 1"))
+    assert build_exercises(solutions, exercises, check=True) == [
+        exercises / "02_b.ipynb",
+        exercises / "01_a.ipynb",
+    ]
+    build_exercises(solutions, exercises)
+    assert sorted(p.name for p in exercises.iterdir()) == ["02_b.ipynb", "90_hand_written.ipynb"], (
+        "orphaned generated exercises are removed, hand-written notebooks are kept"
+    )
+
+
+def test_build_exercises_is_byte_for_byte_deterministic(tmp_path: Path) -> None:
+    solutions = tmp_path / "solutions"
+    _write(solutions / "01_a.ipynb", _notebook(METHOD_SOURCE, TOP_LEVEL_SOURCE))
+    build_exercises(solutions, tmp_path / "first")
+    build_exercises(solutions, tmp_path / "second")
+    first, second = (
+        (tmp_path / "first" / "01_a.ipynb").read_bytes(),
+        (tmp_path / "second" / "01_a.ipynb").read_bytes(),
+    )
+    assert first == second and first.endswith(b"\n")
+
+
+def test_repository_exercises_are_up_to_date() -> None:
+    if not list((REPO / "solutions").glob("*.ipynb")):
+        pytest.skip("no solution notebooks yet")
+    stale = build_exercises(REPO / "solutions", REPO / "exercises", check=True)
+    assert stale == [], f"stale exercises {stale}: run `agentrl-lite exercises` and commit the result"
+
+
+def test_check_prints_pass_and_returns_true(capsys: pytest.CaptureFixture[str]) -> None:
+    def passes() -> None:
+        assert 1 + 1 == 2
+
+    assert check("adds", passes) is True
+    assert capsys.readouterr().out == "PASS: adds\n"
+
+
+def test_check_reraises_not_implemented_so_the_exercise_cell_errors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stub_error = NotImplementedError("Exercise: your code here")
+
+    def stub() -> None:
+        raise stub_error
+
+    with pytest.raises(NotImplementedError) as info:
+        check("group advantages", stub)
+    assert info.value is stub_error
+    assert capsys.readouterr().out == "FAIL: group advantages — not implemented yet\n"
+
+
+def test_check_turns_a_wrong_answer_into_an_assertion_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def wrong() -> None:
+        assert 2 + 2 == 5, "2 + 2 should be 5 in this test"
+
+    with pytest.raises(AssertionError, match="^sums: 2 \\+ 2 should be 5 in this test$"):
+        check("sums", wrong)
+    assert capsys.readouterr().out == "FAIL: sums — 2 + 2 should be 5 in this test\n"
+
+    # Defined like a notebook cell (IPython registers cell sources in linecache), so pytest's assertion
+    # rewriting does not change the message.
+    cell = "def bare():\n    value = 3\n    assert value == 4\n"
+    linecache.cache["<cell 7>"] = (len(cell), None, cell.splitlines(keepends=True), "<cell 7>")
+    namespace: dict = {}
+    exec(compile(cell, "<cell 7>", "exec"), namespace)
+    bare = namespace["bare"]
+
+    with pytest.raises(AssertionError):
+        check("bare assert", bare)
+    assert capsys.readouterr().out == "FAIL: bare assert — assertion failed: assert value == 4\n"
+
+    def crashes() -> None:
+        raise ValueError("shapes (2,) and (3,) differ")
+
+    with pytest.raises(AssertionError, match="crash: ValueError: shapes"):
+        check("crash", crashes)
+    assert capsys.readouterr().out == "FAIL: crash — ValueError: shapes (2,) and (3,) differ\n"
+
+
+def test_check_without_raising_returns_false(capsys: pytest.CaptureFixture[str]) -> None:
+    def stub() -> None:
+        raise NotImplementedError
+
+    assert check("soft", stub, raise_on_fail=False) is False
+    assert capsys.readouterr().out == "FAIL: soft — not implemented yet\n"
+    with pytest.raises(ValueError, match="one non-empty line"):
+        check("two\nlines", stub)
+
+
+def test_check_outcomes_reads_pass_and_fail_lines() -> None:
+    nb = _notebook("check('a', f)", "check('b — c', g)", "print('PASS: no')")
+    nb.cells[2].outputs = [new_output("stream", name="stdout", text="PASS: a\n")]
+    nb.cells[3].outputs = [
+        new_output("stream", name="stdout", text="FAIL: b — c — not implemented yet\n"),
+        new_output("error", ename="NotImplementedError", evalue="", traceback=[]),
+    ]
+    nb.cells[4].outputs = [
+        new_output("stream", name="stdout", text="  PASS: indented lines are not checks\n")
+    ]
+    assert check_outcomes(nb) == {"a": True, "b": False}
+
+
+def test_strip_outputs_cleans_in_place_once(tmp_path: Path) -> None:
+    path = _write(tmp_path / "nb.ipynb", _notebook("print(1)"))
+    before = path.read_text()
+    assert strip_outputs(path, dry_run=True) is True and path.read_text() == before
+    assert strip_outputs(path) is True
+    cells = nbformat.read(path, as_version=4).cells
+    assert all(c.outputs == [] and c.execution_count is None for c in cells if c.cell_type == "code")
+    assert strip_outputs(path) is False
+
+
+def test_cli_exercises_check_and_strip_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    solutions, exercises = tmp_path / "solutions", tmp_path / "exercises"
+    _write(solutions / "01_a.ipynb", _notebook(METHOD_SOURCE))
+    args = ["--solutions", str(solutions), "--exercises", str(exercises)]
+    assert main(["exercises", "--check", *args]) == 1
+    assert "stale:" in capsys.readouterr().out
+    assert main(["exercises", *args]) == 0
+    assert main(["exercises", "--check", *args]) == 0
+    assert main(["strip", "--check", str(solutions / "01_a.ipynb")]) == 1
+    assert main(["strip", str(solutions / "01_a.ipynb")]) == 0
+    assert main(["strip", "--check", str(solutions / "01_a.ipynb")]) == 0

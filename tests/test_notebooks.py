@@ -1,0 +1,227 @@
+"""The notebooks are the integration tests.
+
+Every notebook under notebooks/, solutions/ and exercises/ runs in the smoke profile:
+- lessons and solutions run without an error; exercises fail only with NotImplementedError (the stubs);
+- the exercise contract, per (solution, exercise) pair: every check PASSes in the solution, FAILs in the
+  exercise, and both run the same checks;
+- every notebook is stored clean (no outputs, null execution counts) with a `parameters` cell first.
+
+Each notebook runs once per session (cached); runtimes are printed in the terminal summary.
+The first tests below check the runner and the report on tiny fixture notebooks in tests/fixtures/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from agentrl_lite.cli import main
+from agentrl_lite.course import cell_stdout, check_outcomes, is_check_cell, make_exercise, notebook_text
+from agentrl_lite.runner import BUDGET_S, NotebookRun, execute_notebook
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+LESSON_DIRS = ("notebooks", "solutions", "exercises")
+NOTEBOOKS = sorted(p.relative_to(REPO).as_posix() for d in LESSON_DIRS for p in (REPO / d).glob("*.ipynb"))
+PAIRS = sorted(p.name for p in (REPO / "solutions").glob("*.ipynb"))
+SLACK = float(os.environ.get("AGENTRL_SMOKE_SLACK", "1.5"))
+"""A smoke notebook must finish within its 150 s budget (measured on 2 idle cores); the slack absorbs a busy
+CI machine. Any single cell is stopped after 2 × 150 s."""
+
+
+class Executions:
+    """Runs each notebook once per session in the smoke profile; later requests reuse the run."""
+
+    def __init__(self, out_dir: Path, runtimes: list[tuple[str, float, str]]) -> None:
+        self.out_dir, self.runtimes, self.runs = out_dir, runtimes, {}
+
+    def __call__(self, relpath: str) -> NotebookRun:
+        if relpath not in self.runs:
+            path = REPO / relpath
+            if not path.exists():
+                pytest.fail(f"{relpath} does not exist: run `agentrl-lite exercises`")
+            run = execute_notebook(
+                path,
+                self.out_dir / relpath,
+                profile="smoke",
+                timeout_per_cell=2 * BUDGET_S["smoke"],
+                allow_errors=path.parent.name == "exercises",  # run every cell: every check must fail
+            )
+            self.runs[relpath] = run
+            stubs_only = run.errors and all(e.ename == "NotImplementedError" for e in run.errors)
+            self.runtimes.append(
+                (relpath, run.seconds, "stubs raise NotImplementedError" if stubs_only else run.status)
+            )
+            print(f"{relpath}: {run.seconds:.1f}s")
+        return self.runs[relpath]
+
+
+@pytest.fixture(scope="session")
+def executed(tmp_path_factory: pytest.TempPathFactory, notebook_runtimes: list) -> Executions:
+    return Executions(tmp_path_factory.mktemp("executed"), notebook_runtimes)
+
+
+def _errors(run: NotebookRun) -> str:
+    return (
+        "; ".join(f"cell {e.cell_index}: {e.ename}: {e.evalue}" for e in run.errors)
+        + f" (executed copy: {run.out_path})"
+    )
+
+
+# --- the machinery, on fixtures ------------------------------------------------------------------------------
+
+
+def test_runner_solution_passes_and_generated_exercise_fails_only_on_the_stub(tmp_path: Path) -> None:
+    solution = FIXTURES / "solutions" / "00_tiny.ipynb"
+    run = execute_notebook(solution, tmp_path / "solution.ipynb", profile="smoke")
+    assert run.status == "ok", _errors(run)
+    assert cell_stdout(run.notebook.cells[1]) == "profile=smoke\n", "the kernel must see AGENTRL_PROFILE"
+    assert check_outcomes(run.notebook) == {"add two numbers": True}
+
+    exercise_path = tmp_path / "exercises" / "00_tiny.ipynb"
+    exercise_path.parent.mkdir()
+    exercise_path.write_text(notebook_text(make_exercise(solution)))
+    run = execute_notebook(
+        exercise_path, tmp_path / "out" / "exercise.ipynb", profile="smoke", allow_errors=True
+    )
+    assert run.status == "failed"
+    assert [(e.cell_index, e.ename, e.check, e.stub) for e in run.errors] == [
+        (4, "NotImplementedError", True, False)
+    ]
+    assert run.error == "NotImplementedError: Exercise: return the sum of a and b (cell 4)"
+    assert check_outcomes(run.notebook) == {"add two numbers": False}
+    assert cell_stdout(run.notebook.cells[-1]) == "after the check\n", "allow_errors must run every cell"
+
+
+def test_runner_stops_a_cell_that_runs_too_long(tmp_path: Path) -> None:
+    params = new_code_cell(
+        'import os\n\nPROFILE = os.environ.get("AGENTRL_PROFILE", "auto")', metadata={"tags": ["parameters"]}
+    )
+    nb = new_notebook(
+        cells=[params, new_code_cell("import time\n\ntime.sleep(60)"), new_code_cell("print('late')")]
+    )
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "slow.ipynb"
+    path.write_text(notebook_text(nb))
+    run = execute_notebook(path, tmp_path / "out.ipynb", profile="smoke", timeout_per_cell=3)
+    assert run.seconds < 45
+    assert [(e.cell_index, e.ename) for e in run.errors] == [(1, "CellTimeoutError")]
+    assert run.slowest_cells(1)[0][0] == 1, "papermill's timings must point at the cell that was stopped"
+
+
+def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(
+        "AGENTRL_RESULTS", str(tmp_path / "results")
+    )  # keep the repository's results/ untouched
+    monkeypatch.delenv("AGENTRL_COMMAND", raising=False)
+    code = main(
+        [
+            "course",
+            "--profile",
+            "smoke",
+            "--notebooks",
+            str(FIXTURES / "course"),
+            "--out",
+            str(tmp_path / "runs"),
+        ]
+    )
+    assert code == 1, "a failed notebook must make the command fail"
+    assert "02_fails.ipynb" in capsys.readouterr().out
+    assert "AGENTRL_RUN_DIR" not in os.environ, "the runner must restore the environment"
+    (run_dir,) = (tmp_path / "runs").iterdir()
+
+    summary = json.loads((run_dir / "runs.json").read_text())
+    assert [(n["notebook"], n["status"]) for n in summary["notebooks"]] == [
+        ("01_ok.ipynb", "ok"),
+        ("02_fails.ipynb", "failed"),
+    ]
+    failed = nbformat.read(run_dir / "02_fails.ipynb", as_version=4)
+    assert failed.cells[-1].outputs == [], "execution must stop at the failing cell"
+
+    record = json.loads((run_dir / "results" / "fixture_ok.json").read_text())
+    assert record["profile"] == "smoke" and record["command"] == summary["command"]
+    assert record["command"].startswith("agentrl-lite course --profile smoke")
+    assert (tmp_path / "results" / "smoke" / "fixture_ok.json").exists()
+
+    assert (run_dir / "plots" / "01_ok_0.png").read_bytes().startswith(b"\x89PNG")
+    report = (run_dir / "report.md").read_text()
+    assert "| [01_ok.ipynb](01_ok.ipynb) | ok |" in report
+    assert (
+        "| [02_fails.ipynb](02_fails.ipynb) | failed |" in report
+        and "ValueError: fixture failure (cell 2)" in report
+    )
+    assert (
+        "| accuracy | 0.75 |" in report and "| reward.mean | 1.5 |" in report and "| label | tiny |" in report
+    )
+    assert "curve" not in report, "lists are curves, not headline numbers"
+    assert "![01_ok_0](plots/01_ok_0.png)" in report
+
+
+# --- the real notebooks --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("relpath", NOTEBOOKS)
+def test_notebook_is_stored_clean_with_a_parameters_cell(relpath: str) -> None:
+    nb = nbformat.read(REPO / relpath, as_version=4)
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.outputs or c.execution_count is not None)
+    ]
+    assert not dirty, f"cells {dirty} have outputs or execution counts: run `agentrl-lite strip {relpath}`"
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3", "the kernel must be python3"
+    first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
+    assert first_code is not None, "a notebook without code"
+    assert "parameters" in first_code.metadata.get("tags", []), (
+        "the first code cell must be tagged `parameters`"
+    )
+    assert 'PROFILE = os.environ.get("AGENTRL_PROFILE", "auto")' in first_code.source
+
+
+@pytest.mark.parametrize("relpath", NOTEBOOKS)
+def test_notebook_runs_in_the_smoke_profile(relpath: str, executed: Executions) -> None:
+    run = executed(relpath)
+    if relpath.startswith("exercises/"):
+        unexpected = [e for e in run.errors if e.ename != "NotImplementedError"]
+        assert not unexpected, f"an exercise may only fail on its stubs: {_errors(run)}"
+    else:
+        assert run.status == "ok", _errors(run)
+    assert run.seconds <= SLACK * BUDGET_S["smoke"], (
+        f"{relpath} took {run.seconds:.0f} s; the smoke budget is 150 s. Slowest cells: "
+        + ", ".join(f"cell {i} {sec:.0f} s" for i, sec in run.slowest_cells())
+    )
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_checks_pass_on_the_solution_and_fail_on_the_exercise(name: str, executed: Executions) -> None:
+    solution, exercise = executed(f"solutions/{name}"), executed(f"exercises/{name}")
+    for run in (solution, exercise):
+        silent = [
+            i
+            for i, c in enumerate(run.notebook.cells)
+            if is_check_cell(c) and not check_outcomes(nbformat.v4.new_notebook(cells=[c]))
+        ]
+        assert not silent, f"{run.path.name}: check cells {silent} printed no PASS/FAIL line ({run.out_path})"
+    passed, failed = check_outcomes(solution.notebook), check_outcomes(exercise.notebook)
+    assert passed, f"solutions/{name} has no check cells"
+    assert all(passed.values()), (
+        f"checks failing on the solution: {sorted(k for k, v in passed.items() if not v)}"
+    )
+    assert set(failed) == set(passed), (
+        f"the exercise ran other checks than the solution: only in solution {sorted(set(passed) - set(failed))}, "
+        f"only in exercise {sorted(set(failed) - set(passed))} (one check() per cell)"
+    )
+    assert not any(failed.values()), (
+        f"checks passing on the stub, so they test nothing: {sorted(k for k, v in failed.items() if v)}"
+    )
+    check_errors = {e.cell_index: e.ename for e in exercise.errors if e.check}
+    assert set(check_errors.values()) == {"NotImplementedError"}, (
+        f"exercise check cells must error on the stub: {_errors(exercise)}"
+    )

@@ -1,0 +1,391 @@
+"""Hostile inputs for the Python sandbox: every call must come back as text, contained, leaving no trace.
+
+Each hostile case runs on the default backend and on the rlimit fallback (AGENTRL_SANDBOX=rlimit). After
+every call the same host-side checks run: the observation is a string with the expected text, the
+parent's secret is not in it, no file appeared outside the sandbox, no sandbox process is left, the
+working directory is gone, a bystander process is alive and a host socket received no connection.
+A case the fallback cannot contain on this machine (e.g. /tmp writes without bwrap) is skipped, naming
+what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agentrl_lite import sandbox
+from agentrl_lite.sandbox import Backend, PythonSession, run_python
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SECRET = f"hunter2-{uuid.uuid4().hex}"
+
+
+def _owns_processes(backend: Backend) -> bool:
+    """The code cannot see or signal host processes (own pid namespace or its own uid)."""
+    return backend.pid_namespace or backend.separate_uid
+
+
+@dataclass
+class Case:
+    id: str
+    code: str
+    """Python source; MARKER, HOST_PID, BYSTANDER_PID, LISTEN_PORT, OUTSIDE_TMP/HOME/REPO are filled in"""
+    expect: tuple[str, ...]
+    """regular expressions that must all match the observation"""
+    forbid: tuple[str, ...] = ()
+    """regular expressions that must not match it"""
+    timeout_s: float = 5.0
+    needs: Callable[[Backend], bool] | None = None
+    """what the backend must provide to contain this case (skipped otherwise)"""
+
+
+TIMED_OUT = r"Error: timed out after 1\.0 s \(the code was stopped\)"
+WRITE_REFUSED = r"Read-only file system|Permission denied|No such file or directory"
+
+CASES = [
+    Case("fork_bomb", "import os\nwhile True:\n    os.fork()",
+         (r"BlockingIOError: \[Errno 11\]|" + TIMED_OUT,), timeout_s=1.0),
+    Case("infinite_loop", "while True:\n    pass", ("^" + TIMED_OUT + "$",), timeout_s=1.0),
+    Case("sleep_past_timeout", "import time\nprint('before', flush=True)\ntime.sleep(100)",
+         ("^before\n", TIMED_OUT), timeout_s=1.0),
+    Case("threads_spinning",
+         "import threading\ndef spin():\n    while True:\n        pass\n"
+         "threads = [threading.Thread(target=spin) for _ in range(4)]\n"
+         "for t in threads:\n    t.start()\nfor t in threads:\n    t.join()",
+         (TIMED_OUT + r"|Error: CPU time limit exceeded",), timeout_s=1.0),
+    Case("huge_allocation", "x = bytearray(10**10)", ("MemoryError", r"Error: memory limit exceeded \(512 MB\)$")),
+    Case("growing_allocation", "chunks = []\nwhile True:\n    chunks.append(bytes(10**8))",
+         ("MemoryError", r"Error: memory limit exceeded \(512 MB\)$")),
+    Case("recursion_bomb", "import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return list(map(f, [n + 1]))\nf(0)",
+         (r"Error: the process was killed by signal SIGSEGV|RecursionError",)),
+    Case("python_recursion", "def f(n):\n    return f(n + 1)\nf(0)",
+         (r"earlier frames omitted", r"RecursionError: maximum recursion depth exceeded\n$")),
+    Case("connect_host_loopback", "import socket\nsocket.create_connection(('127.0.0.1', LISTEN_PORT), timeout=3)",
+         (r"ConnectionRefusedError|Network is unreachable",), needs=lambda b: b.network_isolated),
+    Case("connect_external_ip", "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=3)",
+         (r"OSError: \[Errno 101\] Network is unreachable",), needs=lambda b: b.network_isolated),
+    Case("udp_send", "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('8.8.8.8', 53))",
+         (r"Network is unreachable",), needs=lambda b: b.network_isolated),
+    Case("dns_lookup", "import socket\nprint(socket.getaddrinfo('example.com', 80))",
+         (r"socket\.gaierror",), needs=lambda b: b.network_isolated),
+    Case("write_tmp", "open('OUTSIDE_TMP', 'w').write('escaped')\nprint('wrote inside')",
+         (r"wrote inside|" + WRITE_REFUSED,), needs=lambda b: b.private_filesystem),
+    Case("write_home", "open('OUTSIDE_HOME', 'w').write('escaped')", (WRITE_REFUSED,),
+         needs=lambda b: b.private_filesystem or b.separate_uid),
+    Case("write_repo", "open('OUTSIDE_REPO', 'w').write('escaped')", (WRITE_REFUSED,),
+         needs=lambda b: b.private_filesystem or b.separate_uid),
+    Case("symlink_to_repo", "import os\nos.symlink('REPO_ROOT', 'repo')\nopen('repo/OUTSIDE_NAME', 'w')",
+         (WRITE_REFUSED,), needs=lambda b: b.private_filesystem or b.separate_uid),
+    Case("read_environment", "import os\nprint(sorted(os.environ))", (r"'PATH'",), forbid=(r"AGENTRL_TEST_SECRET",)),
+    Case("read_parent_environ", "print(open('/proc/HOST_PID/environ').read())",
+         (r"FileNotFoundError|PermissionError",), needs=_owns_processes),
+    Case("kill_parent_and_bystander",
+         "import os\nfor pid in (os.getppid(), HOST_PID, BYSTANDER_PID):\n    try:\n        os.kill(pid, 9)\n"
+         "    except OSError as exc:\n        print(type(exc).__name__)",
+         (r"(ProcessLookupError|PermissionError)\n(ProcessLookupError|PermissionError)\n$",), needs=_owns_processes),
+    Case("stdout_flood", "for _ in range(10**5):\n    print('y' * 100)",
+         (r"^y{100}\n", r"\n\[\.\.\. output truncated: 10096000 more characters\]\n$")),
+    Case("stderr_flood", "import sys\nsys.stderr.write('e' * 10**6 + 'END')",
+         (r"^\[stderr\]\n\[\.\.\. output truncated: 996003 earlier characters\]\ne+END$",)),
+    Case("output_without_newline", "import sys\nwhile True:\n    sys.stdout.write('z')",
+         (r"^z{4000}\n\[\.\.\. output truncated: \d+ more characters\]\n", TIMED_OUT), timeout_s=1.0),
+    Case("segfault", "import ctypes\nctypes.string_at(0)", (r"^Error: the process was killed by signal SIGSEGV$",)),
+    Case("os_exit", "import os\nprint('bye', flush=True)\nos._exit(3)", (r"^bye\nError: the code exited with status 3$",)),
+    Case("sys_exit", "import sys\nprint('bye')\nsys.exit(4)", (r"^bye\nError: the code exited with status 4$",)),
+    Case("keyboard_interrupt", "raise KeyboardInterrupt", (r"\nKeyboardInterrupt\n$",)),
+    Case("background_process_outlives_parent",
+         "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 100; : MARKER'], start_new_session=True)\nprint('started')",
+         (r"^started\n$",), needs=_owns_processes),
+    Case("shell_background_sleep", "import os\nos.system('(sleep 100; : MARKER) & echo started')", (r"^started\n$",)),
+    Case("double_fork_daemon",
+         "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+         "        os.execvp('sh', ['sh', '-c', 'sleep 100; : MARKER'])\n    os._exit(0)\nos.wait()\nprint('detached')",
+         (r"^detached\n$",), needs=_owns_processes),
+    Case("big_file", "open('big.bin', 'wb').write(b'0' * 3 * 2**20)",
+         (r"File too large", r"Error: file size limit exceeded \(2 MB\)$")),
+    Case("many_open_files", "files = [open('/dev/null') for _ in range(10_000)]",
+         (r"Too many open files", r"Error: open-file limit reached \(64 files\)$")),
+    Case("raise_own_limits", "import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))",
+         (r"ValueError: not allowed to raise maximum limit",)),
+    Case("read_etc_shadow", "print(open('/etc/shadow').read())", (r"PermissionError|FileNotFoundError",),
+         forbid=(r"root:[^\n]*:\d+:",)),
+    Case("input_without_stdin", "name = input('name? ')", (r"EOFError: EOF when reading a line",)),
+    Case("unreadable_workdir", "import os\nos.makedirs('a/b')\nos.chmod('a', 0)\nprint('locked')", (r"^locked\n$",)),
+]
+
+
+@pytest.fixture(params=["default", "rlimit"])
+def backend(request, monkeypatch) -> Backend:
+    """The backend under test: the default (AGENTRL_SANDBOX when set), then the rlimit fallback."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a missing bwrap is reported once, not per test
+        default = sandbox.get_backend()
+    if request.param == "default":
+        return default
+    if default.name == "rlimit":
+        pytest.skip("the default backend is already the rlimit fallback")
+    monkeypatch.setenv("AGENTRL_SANDBOX", "rlimit")
+    return sandbox.get_backend()
+
+
+@pytest.fixture(autouse=True)
+def parent_secret(monkeypatch):
+    """A secret in the parent's environment that must never reach the sandboxed code."""
+    monkeypatch.setenv("AGENTRL_TEST_SECRET", SECRET)
+
+
+@pytest.fixture(autouse=True)
+def worker_tag(monkeypatch) -> str:
+    """A tag unique to this test in every worker's command line, to find leftovers (other test runs on
+    the machine may have sandboxes of their own)."""
+    tag = f"agentrl-test-worker-{uuid.uuid4().hex}"
+    monkeypatch.setattr(sandbox, "_WORKER_SOURCE", f"# {tag}\n{sandbox._WORKER_SOURCE}")
+    return tag
+
+
+@pytest.fixture(scope="module")
+def bystander():
+    """A host process the code must not be able to kill."""
+    process = subprocess.Popen(["sleep", "300"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A host TCP server the code must not reach (network isolation)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def _processes_containing(text: str) -> list[int]:
+    """Host pids whose command line contains `text` (a marker, or the sandbox worker's tag)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if text.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _wait_until_gone(text: str, seconds: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := _processes_containing(text)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def _sandbox_workdirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("agentrl_sandbox_*")}
+
+
+def _shadow_first_line() -> str | None:
+    try:
+        return Path("/etc/shadow").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_code_is_contained(case: Case, backend: Backend, bystander, listener, worker_tag):
+    if case.needs is not None and not case.needs(backend):
+        pytest.skip(f"the {backend.name} backend here ({' '.join(backend.prefix[:1]) or 'no namespaces'}, "
+                    f"uid {'separate' if backend.separate_uid else 'shared'}) cannot contain {case.id}")
+    marker = f"agentrl-test-{uuid.uuid4().hex}"
+    name = f"agentrl_escape_{marker}"
+    outside = [Path(tempfile.gettempdir()) / name, Path.home() / name, REPO_ROOT / name]
+    code = case.code
+    for token, value in [("MARKER", marker), ("HOST_PID", str(os.getpid())), ("BYSTANDER_PID", str(bystander.pid)),
+                         ("LISTEN_PORT", str(listener.getsockname()[1])), ("OUTSIDE_TMP", str(outside[0])),
+                         ("OUTSIDE_HOME", str(outside[1])), ("OUTSIDE_REPO", str(outside[2])),
+                         ("OUTSIDE_NAME", name), ("REPO_ROOT", str(REPO_ROOT))]:
+        code = code.replace(token, value)
+    workdirs_before = _sandbox_workdirs()
+
+    start = time.monotonic()
+    observation = run_python(code, timeout_s=case.timeout_s)
+    elapsed = time.monotonic() - start
+
+    assert isinstance(observation, str)
+    for pattern in case.expect:
+        assert re.search(pattern, observation), f"{pattern!r} not in observation:\n{observation[-1500:]}"
+    for pattern in case.forbid:
+        assert not re.search(pattern, observation), f"{pattern!r} in observation:\n{observation[-1500:]}"
+    assert SECRET not in observation
+    shadow = _shadow_first_line()
+    assert shadow is None or shadow not in observation
+    assert elapsed < case.timeout_s + 5.0, "the call overran its timeout by more than the kill/cleanup margin"
+    escaped = [p for p in outside if p.exists()]
+    for path in escaped:
+        path.unlink()
+    assert not escaped, f"the code wrote outside its sandbox: {escaped}"
+    assert not _wait_until_gone(marker), "a process started by the code survived the call"
+    assert not _wait_until_gone(worker_tag), "a sandbox worker survived the call"
+    assert _sandbox_workdirs() == workdirs_before, "the working directory was not deleted"
+    assert bystander.poll() is None, "the code killed a host process"
+    with pytest.raises(BlockingIOError):
+        listener.accept()[0].close()  # a connection here would mean the code reached the host network
+
+
+def test_arithmetic_prints_exactly(backend):
+    assert run_python("print(17 * 23)") == "391\n"
+
+
+def test_no_output_is_reported(backend):
+    assert run_python("x = 1") == "(no output)"
+
+
+def test_unicode_round_trips(backend):
+    text = "héllo wörld ✓ 你好 🎉"
+    assert run_python(f"print({text!r})") == text + "\n"
+
+
+def test_stdout_then_labelled_stderr(backend):
+    code = "import sys\nprint('out')\nprint('err', file=sys.stderr)"
+    assert run_python(code) == "out\n[stderr]\nerr\n"
+
+
+def test_traceback_shows_only_the_cell(backend):
+    observation = run_python("x = 1\ny = x / 0")
+    assert observation.endswith("ZeroDivisionError: division by zero\n")
+    assert 'File "<cell 1>", line 2, in <module>\n    y = x / 0' in observation
+    assert "<string>" not in observation  # no frame of the worker itself
+
+
+def test_syntax_error_is_an_observation(backend):
+    observation = run_python("def f(:\n    pass")
+    assert "SyntaxError" in observation and '"<cell 1>", line 1' in observation
+
+
+def test_import_this_succeeds(backend):
+    if backend.name == "rlimit" and backend.separate_uid:
+        pytest.skip("rlimit backend as root: the throwaway uid may only import preloaded modules")
+    assert run_python("import this").startswith("The Zen of Python, by Tim Peters\n")
+
+
+def test_session_keeps_variables_and_sessions_are_isolated(backend):
+    with PythonSession() as first, PythonSession() as second:
+        assert first.run("x = 6 * 7") == "(no output)"
+        assert second.run("x = 'other'") == "(no output)"
+        assert first.run("x += 1\nprint(x)") == "43\n"
+        assert second.run("print(x)") == "other\n"
+        assert "NameError: name 'y' is not defined" in second.run("print(y)")
+
+
+def test_session_survives_a_timeout_with_fresh_state(backend, worker_tag):
+    with PythonSession() as python:
+        python.run("x = 1")
+        observation = python.run("while True:\n    pass", timeout_s=1.0)
+        assert observation.startswith("Error: timed out after 1.0 s (the code was stopped)\n")
+        assert "variables from earlier calls are gone" in observation
+        assert "NameError: name 'x' is not defined" in python.run("print(x)")
+        assert python.run("x = 2\nprint(x * 21)") == "42\n"
+    assert not _wait_until_gone(worker_tag)
+
+
+def test_session_restarts_after_the_interpreter_dies(backend):
+    with PythonSession() as python:
+        python.run("x = 1")
+        observation = python.run("import os\nos._exit(5)")
+        assert observation.startswith("Error: the code exited with status 5\n")
+        assert "restarted" in observation
+        assert python.run("print('alive')") == "alive\n"
+
+
+def test_session_stops_processes_when_the_cell_ends(backend):
+    if not _owns_processes(backend):
+        pytest.skip("without a pid namespace or a separate uid, leftover processes cannot be found safely")
+    marker = f"agentrl-test-{uuid.uuid4().hex}"
+    with PythonSession() as python:
+        code = f"import subprocess\np = subprocess.Popen(['sh', '-c', 'sleep 100; : {marker}'])\nprint('ok')"
+        assert python.run(code) == "ok\n"
+        assert not _wait_until_gone(marker), "the cell's background process outlived the cell"
+        assert python.run("print(p.poll() is not None)") == "True\n"  # the session itself lives on
+
+
+def test_closed_session_leaves_no_process(backend, worker_tag):
+    python = PythonSession()
+    assert python.run("print(1)") == "1\n"
+    assert _processes_containing(worker_tag), "the leftover detector must see a live worker"
+    python.close()
+    python.close()
+    assert not _wait_until_gone(worker_tag)
+
+
+def test_large_code_arrives_whole(backend):
+    assert run_python("print(len('" + "a" * 300_000 + "'))") == "300000\n"
+
+
+def test_a_forged_answer_cannot_hang_the_host(backend):
+    """The code answers for the worker on its control pipe and keeps running: the next cell, too big
+    for the pipe buffer, must time out rather than block the host on a write."""
+    forge = ("import json, os, sys, time\nfd = json.loads(sys.argv[1])['control_fd']\n"
+             "os.write(fd, b'{\"status\": \"ok\"}\\n')\ntime.sleep(100)")
+    with PythonSession() as python:
+        assert python.run(forge, timeout_s=2.0) == "(no output)"
+        start = time.monotonic()
+        observation = python.run("x = '" + "b" * 300_000 + "'", timeout_s=1.0)
+        assert time.monotonic() - start < 5.0
+        assert observation.startswith("Error: timed out after 1.0 s")
+        assert python.run("print('after')") == "after\n"
+
+
+def test_missing_bwrap_warns_once_and_falls_back(monkeypatch):
+    monkeypatch.delenv("AGENTRL_SANDBOX", raising=False)
+    real_which = sandbox.shutil.which
+    monkeypatch.setattr(sandbox.shutil, "which", lambda cmd: None if cmd == "bwrap" else real_which(cmd))
+    sandbox._select_backend.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"bubblewrap not found: install the Debian package bubblewrap"):
+            assert sandbox.get_backend().name == "rlimit"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a second call must not warn again
+            assert run_python("print('fallback')") == "fallback\n"
+    finally:
+        sandbox._select_backend.cache_clear()
+
+
+def test_forcing_a_missing_bwrap_is_an_actionable_error(monkeypatch):
+    monkeypatch.setenv("AGENTRL_SANDBOX", "bwrap")
+    monkeypatch.setattr(sandbox.shutil, "which", lambda cmd: None)
+    sandbox._select_backend.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="install the Debian package bubblewrap"):
+            sandbox.get_backend()
+    finally:
+        sandbox._select_backend.cache_clear()
+
+
+def test_unknown_backend_name_is_rejected(monkeypatch):
+    monkeypatch.setenv("AGENTRL_SANDBOX", "docker")
+    with pytest.raises(ValueError, match="AGENTRL_SANDBOX='docker'"):
+        sandbox.get_backend()
+
+
+def test_non_positive_timeout_is_rejected():
+    with pytest.raises(ValueError, match="timeout_s must be positive"):
+        run_python("print(1)", timeout_s=0)
+
+
+def test_the_worker_does_not_import_the_project():
+    assert "agentrl_lite" not in sandbox._WORKER_SOURCE.replace(sandbox._WORKER_TAG, "")
+    assert run_python("import sys\nprint(sorted(m for m in sys.modules if m.startswith('agentrl')))") == "[]\n"
