@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 course: setup  ## run every lesson (PROFILE=auto|cpu|gpu|smoke); report under runs/<timestamp>/
-	$(BIN)/agentrl-lite course --profile $(PROFILE)
+	AGENTRL_COMMAND="make course PROFILE=$(PROFILE)" $(BIN)/agentrl-lite course --profile $(PROFILE)
 
 test: setup  ## unit tests + every notebook, solution and exercise in the smoke profile
 	$(BIN)/python -m pytest -q --durations=0 $(PYTEST_ARGS)

@@ -144,10 +144,14 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
     return tokenizer
 
 
-def tiny_policy(seed: int = 0, vocab_from: PreTrainedTokenizerBase | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def tiny_policy(
+    seed: int = 0, vocab_from: PreTrainedTokenizerBase | None = None, init_std: float = 0.02
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A randomly initialised 2-layer Llama with the embedded tokenizer, for unit tests (well under a second).
 
     It produces nonsense, which is what tests want: the plumbing must be right whatever the model says.
+    A larger `init_std` makes its next-token distribution peaked on a few dozen tokens instead of spread
+    over all 49k, so that a policy-gradient test can move its probability mass within a few steps.
     """
     tokenizer = vocab_from or AutoTokenizer.from_pretrained(str(embedded_checkpoint()))
     prepare_tokenizer(tokenizer)
@@ -164,6 +168,7 @@ def tiny_policy(seed: int = 0, vocab_from: PreTrainedTokenizerBase | None = None
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
+        initializer_range=init_std,
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

@@ -17,7 +17,8 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     score_mask: torch.Tensor,
     temperature: float = 1.0,
-) -> torch.Tensor:
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities, computed only where needed.
 
     Args:
@@ -27,15 +28,20 @@ def token_logprobs(
         temperature: logits are divided by it, as at sampling time
 
     Returns:
-        (batch, seq) float — log π(input_ids[:, t] | input_ids[:, :t]) where score_mask is 1, else 0.
+        (batch, seq) float — log π(input_ids[:, t] | input_ids[:, :t]) where score_mask is 1, else 0;
+        with return_entropy, also (batch, seq) float — the entropy of π(· | input_ids[:, :t]) at those
+        positions (how unsure the policy was where it acted), detached.
     """
     needed = score_mask[:, 1:].bool()  # token t is predicted by the logits at position t - 1
     keep = needed.any(dim=0).nonzero().squeeze(-1)  # positions some row needs: shared across the batch
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    if keep.numel() == 0:
-        return out
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
-    targets = input_ids[:, keep + 1]  # (batch, kept)
-    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    out[:, keep + 1] = logprobs * needed[:, keep]
-    return out
+    entropy = torch.zeros_like(out)
+    if keep.numel() > 0:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
+        all_logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)  # (batch, kept, vocab)
+        targets = input_ids[:, keep + 1]  # (batch, kept)
+        out[:, keep + 1] = all_logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * needed[:, keep]
+        if return_entropy:
+            with torch.no_grad():
+                entropy[:, keep + 1] = -(all_logprobs.exp() * all_logprobs).sum(-1) * needed[:, keep]
+    return (out, entropy) if return_entropy else out

@@ -1,0 +1,266 @@
+"""Hand-worked checks of agentrl_lite.rl: advantages, KL estimators, entropy, clipping, aggregation.
+
+Every expected number is worked out in the comments next to it. Tolerances: 1e-6 for float32 arithmetic
+on O(1) numbers; the sampling test states its own (a multiple of the exact standard error).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentrl_lite.rl import (
+    LossConfig,
+    entropy_from_logits,
+    frac_reward_zero_std,
+    group_advantages,
+    kl_estimate,
+    policy_loss,
+    rloo_advantages,
+)
+
+TOL = 1e-6
+
+
+# ----------------------------------------------------------------------------------------- advantages
+@pytest.mark.parametrize(
+    "scale, expected",
+    [
+        # rewards [1, 0 | 3, 1]: group means 0.5 and 2, so r - mean = [0.5, -0.5, 1, -1].
+        # group: unbiased std of [1, 0] = sqrt((0.25 + 0.25) / (2 - 1)) = sqrt(0.5) = 0.70711
+        #        unbiased std of [3, 1] = sqrt((1 + 1) / 1) = sqrt(2) = 1.41421; eps 1e-4 is added to the std
+        ("group", [0.5 / (math.sqrt(0.5) + 1e-4), -0.5 / (math.sqrt(0.5) + 1e-4),
+                   1 / (math.sqrt(2) + 1e-4), -1 / (math.sqrt(2) + 1e-4)]),  # ≈ [.70700, -.70700, .70706, -.70706]
+        # batch: mean still per group; std of all four: mean 1.25, squared deviations
+        #        0.0625 + 1.5625 + 3.0625 + 0.0625 = 4.75, / (4 - 1) = 1.58333, sqrt = 1.25831
+        ("batch", [x / (math.sqrt(4.75 / 3) + 1e-4) for x in (0.5, -0.5, 1, -1)]),  # ≈ [.39733, ..., -.79466]
+        # none (Dr. GRPO): centred only
+        ("none", [0.5, -0.5, 1.0, -1.0]),
+    ],
+)
+def test_group_advantages_two_groups_of_two(scale, expected):
+    adv = group_advantages(torch.tensor([1.0, 0.0, 3.0, 1.0]), group_size=2, scale_rewards=scale)
+    torch.testing.assert_close(adv, torch.tensor(expected), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_zero_spread_group_gets_exactly_zero_advantage(scale):
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0])  # first group: both right -> nothing to prefer
+    adv = group_advantages(rewards, group_size=2, scale_rewards=scale)
+    assert adv[0].item() == 0.0 and adv[1].item() == 0.0  # (1 - 1) / (0 + 1e-4) is exactly 0, not ~0
+    assert adv[2].item() < 0 < adv[3].item()
+    assert frac_reward_zero_std(rewards, group_size=2) == 0.5  # 1 of 2 groups teaches nothing
+
+
+def test_unscorable_reward_is_left_out_and_gets_zero_advantage():
+    # NaN = every reward function returned None. Group 1 keeps a single scorable value -> no spread -> 0.
+    adv = group_advantages(torch.tensor([math.nan, 1.0, 0.0, 1.0]), group_size=2)
+    assert adv[:2].tolist() == [0.0, 0.0]
+    s = math.sqrt(0.5) + 1e-4
+    torch.testing.assert_close(adv[2:], torch.tensor([-0.5 / s, 0.5 / s]), atol=TOL, rtol=0)
+
+
+def test_group_advantages_rejects_ragged_groups():
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        group_advantages(torch.zeros(5), group_size=2)
+
+
+def test_rloo_on_1_0_0_1():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    # G = 2: baseline = the sibling's reward: [1-0, 0-1, 0-1, 1-0]
+    assert rloo_advantages(rewards, group_size=2).tolist() == [1.0, -1.0, -1.0, 1.0]
+    # G = 4: baseline of r_0 = (0 + 0 + 1) / 3 = 1/3 -> 1 - 1/3 = 2/3; of r_1 = (1 + 0 + 1) / 3 -> 0 - 2/3
+    torch.testing.assert_close(
+        rloo_advantages(rewards, group_size=4), torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3]), atol=TOL, rtol=0
+    )
+
+
+# ------------------------------------------------------------------------------------------- KL
+def test_kl_estimators_on_concrete_numbers():
+    logprobs = torch.tensor([math.log(0.5), math.log(0.25)])  # π_θ(token)
+    ref_logprobs = torch.tensor([math.log(0.25), math.log(0.5)])  # π_ref(token)
+    # log ρ = ref - logprobs = [ln 0.5, ln 2] = [-0.693147, 0.693147]
+    k1 = [math.log(2), -math.log(2)]  # -log ρ: the second token gives a *negative* KL estimate
+    k2 = [0.5 * math.log(2) ** 2] * 2  # 0.5 * 0.480453 = 0.240227 for both
+    k3 = [0.5 + math.log(2) - 1, 2 - math.log(2) - 1]  # ρ - log ρ - 1 = [0.193147, 0.306853]
+    for kind, expected in (("k1", k1), ("k2", k2), ("k3", k3)):
+        torch.testing.assert_close(kl_estimate(logprobs, ref_logprobs, kind), torch.tensor(expected), atol=TOL, rtol=0)
+    assert kl_estimate(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4)).shape == (2, 3, 4)  # shape preserved
+
+
+@settings(max_examples=200, derandomize=True, deadline=None, database=None)
+@given(
+    st.lists(st.floats(-30.0, 0.0), min_size=1, max_size=8),
+    st.lists(st.floats(-30.0, 0.0), min_size=1, max_size=8),
+)
+def test_k3_is_never_negative(logprobs, ref_logprobs):
+    n = min(len(logprobs), len(ref_logprobs))
+    k3 = kl_estimate(torch.tensor(logprobs[:n], dtype=torch.float64), torch.tensor(ref_logprobs[:n], dtype=torch.float64))
+    assert (k3 >= 0).all()  # e^x >= 1 + x for every x
+
+
+def test_k1_and_k3_unbiased_k3_lower_variance_on_two_categoricals():
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)  # π_θ, the sampling policy
+    q = torch.tensor([0.4, 0.4, 0.2], dtype=torch.float64)  # π_ref
+    kl = (p * (p / q).log()).sum().item()  # 0.5 ln 1.25 + 0.3 ln 0.75 = 0.111572 - 0.086305 = 0.025267
+    lp, lq = p.log(), q.log()
+    per_token = {kind: kl_estimate(lp, lq, kind) for kind in ("k1", "k2", "k3")}
+    exact_mean = {k: (p * v).sum().item() for k, v in per_token.items()}
+    exact_var = {k: (p * (v - exact_mean[k]) ** 2).sum().item() for k, v in per_token.items()}
+    # exactly: E[k1] = E[k3] = KL; E[k2] = 0.5 E[ln² ρ] = 0.024863 != KL (k2 is biased)
+    assert abs(exact_mean["k1"] - kl) < 1e-12 and abs(exact_mean["k3"] - kl) < 1e-12
+    assert abs(exact_mean["k2"] - kl) > 1e-4
+    # Var[k1] = 0.049087 vs Var[k3] = 0.000255: about 190x smaller
+    assert exact_var["k3"] < exact_var["k1"] / 100
+
+    n = 100_000
+    tokens = torch.multinomial(p, n, replacement=True, generator=torch.Generator().manual_seed(0))
+    for kind in ("k1", "k3"):
+        samples = per_token[kind][tokens]
+        # tolerance: 5 standard errors of the mean, sqrt(Var / n) from the exact variance
+        assert abs(samples.mean().item() - kl) < 5 * math.sqrt(exact_var[kind] / n), kind
+    k1, k3 = per_token["k1"][tokens], per_token["k3"][tokens]
+    assert k3.var().item() < k1.var().item() / 100
+    assert k1.min().item() < 0 <= k3.min().item()  # k1 says "negative KL" on some tokens, k3 never
+
+
+# -------------------------------------------------------------------------------------- entropy
+def test_entropy_from_logits():
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [5.0, -math.inf, -math.inf, -math.inf]])
+    # uniform over 4: H = ln 4 = 1.386294; a single allowed token (top-k filtered rest): H = 0, not NaN
+    torch.testing.assert_close(entropy_from_logits(logits), torch.tensor([math.log(4), 0.0]), atol=TOL, rtol=0)
+    assert entropy_from_logits(torch.zeros(2, 3, 7)).shape == (2, 3)
+
+
+# ------------------------------------------------------------------------------------- clipping
+def _one_token_loss(ratio: float, advantage: float, **config):
+    """Loss and d loss / d logprob for a single policy token with the given ratio π_θ / π_old."""
+    logprobs = torch.tensor([[math.log(ratio)]], requires_grad=True)
+    loss, metrics = policy_loss(
+        logprobs, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1), LossConfig(loss_type="bnpo", **config)
+    )
+    loss.backward()
+    return loss.item(), logprobs.grad.item(), metrics
+
+
+def test_clipping_stops_the_gradient_only_in_the_direction_the_advantage_pushes():
+    # ratio 1.5 > 1 + 0.2. A = +1: -min(1.5, 1.2) = -1.2, the clipped constant -> zero gradient
+    loss, grad, metrics = _one_token_loss(1.5, +1.0)
+    assert loss == pytest.approx(-1.2, abs=TOL) and grad == 0.0
+    assert metrics["clip_ratio/high_mean"] == 1.0 and metrics["clip_ratio/region_mean"] == 1.0
+    # A = -1: -min(-1.5, -1.2) = 1.5, the unclipped term -> d/dlogprob (ρ) = ρ = 1.5: still pushed down
+    loss, grad, metrics = _one_token_loss(1.5, -1.0)
+    assert loss == pytest.approx(1.5, abs=TOL) and grad == pytest.approx(1.5, abs=TOL)
+    assert metrics["clip_ratio/region_mean"] == 0.0
+    # mirror image below 1 - 0.2: ratio 0.5 with A = -1 is clipped (loss 0.8, no gradient), A = +1 is not
+    loss, grad, metrics = _one_token_loss(0.5, -1.0)
+    assert loss == pytest.approx(0.8, abs=TOL) and grad == 0.0 and metrics["clip_ratio/low_mean"] == 1.0
+    loss, grad, _ = _one_token_loss(0.5, +1.0)
+    assert loss == pytest.approx(-0.5, abs=TOL) and grad == pytest.approx(-0.5, abs=TOL)
+
+
+def test_epsilon_high_is_asymmetric():
+    # ratio 1.25, A = +1: symmetric ε = 0.2 clips at 1.2; clip-higher ε_high = 0.28 lets it grow to 1.28
+    loss, grad, metrics = _one_token_loss(1.25, +1.0)
+    assert loss == pytest.approx(-1.2, abs=TOL) and grad == 0.0 and metrics["clip_ratio/high_mean"] == 1.0
+    loss, grad, metrics = _one_token_loss(1.25, +1.0, epsilon_high=0.28)
+    assert loss == pytest.approx(-1.25, abs=TOL) and grad == pytest.approx(-1.25, abs=TOL)
+    assert metrics["clip_ratio/high_mean"] == 0.0
+    # the lower bound stays 1 - ε = 0.8: ratio 0.75 with A = -1 is clipped either way
+    for eps_high in (None, 0.28):
+        loss, grad, _ = _one_token_loss(0.75, -1.0, epsilon_high=eps_high)
+        assert loss == pytest.approx(0.8, abs=TOL) and grad == 0.0
+
+
+def test_sequence_level_ratio_is_the_geometric_mean():
+    # GSPO: log ratios [0.1, 0.3] -> one ratio exp(0.2) = 1.2214 > 1.2 for the whole completion; A = +1
+    # -> clipped: loss = -1.2 on both tokens, averaged (grpo) = -1.2, no gradient on either token
+    logprobs = torch.tensor([[0.1, 0.3]], requires_grad=True)
+    config = LossConfig(loss_type="grpo", importance_sampling_level="sequence")
+    loss, metrics = policy_loss(logprobs, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), config)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.2, abs=TOL) and logprobs.grad.abs().max().item() == 0.0
+    assert metrics["clip_ratio/high_mean"] == 1.0
+
+
+def test_kl_term_and_its_bias_correction():
+    # ratio 1.1, A = 0 (no policy-gradient term); π_θ(token) = 0.5, π_ref(token) = 0.25 -> k3 = 0.193147
+    logprobs = torch.tensor([[math.log(0.5)]])
+    old, ref = logprobs - math.log(1.1), torch.tensor([[math.log(0.25)]])
+    k3 = 0.5 + math.log(2) - 1
+    for correct, expected_kl in ((False, k3), (True, 1.1 * k3)):  # TRL default: weight k3 by the ratio
+        config = LossConfig(loss_type="bnpo", beta=0.1, use_bias_correction_kl=correct)
+        loss, metrics = policy_loss(logprobs, old, torch.tensor([0.0]), torch.ones(1, 1), config, ref_logprobs=ref)
+        assert loss.item() == pytest.approx(0.1 * expected_kl, abs=TOL)
+        assert metrics["kl"] == pytest.approx(expected_kl, abs=TOL)
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        policy_loss(logprobs, old, torch.tensor([0.0]), torch.ones(1, 1), LossConfig(beta=0.1))
+
+
+# ------------------------------------------------------------------------------------------ masking
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_masked_tokens_never_matter(loss_type, level):
+    gen = torch.Generator().manual_seed(0)
+    base = -torch.rand(3, 5, generator=gen) * 3
+    old = base + 0.3 * torch.randn(3, 5, generator=gen)
+    ref = base + 0.3 * torch.randn(3, 5, generator=gen)
+    advantages = torch.randn(3, generator=gen)
+    mask = torch.tensor([[1, 1, 0, 0, 1], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    config = LossConfig(loss_type=loss_type, beta=0.04, importance_sampling_level=level, max_completion_length=5)
+    junk = 5 * torch.randn(3, 5, generator=gen) * (1 - mask)  # change only masked positions
+
+    results = []
+    for shift in (torch.zeros(3, 5), junk):
+        logprobs = (base + shift).requires_grad_()
+        loss, _ = policy_loss(logprobs, old + shift, advantages, mask, config, ref_logprobs=ref - shift)
+        loss.backward()
+        results.append((loss.item(), logprobs.grad))
+    assert results[0][0] == pytest.approx(results[1][0], abs=TOL)
+    for _, grad in results:
+        assert grad[mask == 0].abs().max().item() == 0.0
+        assert grad[mask == 1].abs().max().item() > 0.0
+
+
+# ------------------------------------------------------------------------------------- aggregation
+def _short_right_long_wrong(loss_type: str, **kwargs):
+    """Completion 0: 1 token, A = +1. Completion 1: 3 tokens, A = -1. Ratio 1, so token loss = -A."""
+    logprobs = torch.full((2, 3), math.log(0.5), requires_grad=True)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    config = LossConfig(loss_type=loss_type, max_completion_length=4)
+    loss, _ = policy_loss(logprobs, logprobs.detach(), torch.tensor([1.0, -1.0]), mask, config, **kwargs)
+    loss.backward()
+    return loss.item(), logprobs.grad
+
+
+@pytest.mark.parametrize(
+    "loss_type, kwargs, expected_loss, weight_short, weight_long",
+    [
+        # token losses: [-1] and [1, 1, 1] (4 policy tokens, sum 2)
+        # grpo: per-completion means (-1/1 + 3/3) / 2 = 0; token weights 1/(2·1) = 1/2 and 1/(2·3) = 1/6
+        ("grpo", {}, 0.0, 1 / 2, 1 / 6),
+        # bnpo, dapo (one micro-batch): 2 / 4 tokens = 0.5; every token weighs 1/4
+        ("bnpo", {}, 0.5, 1 / 4, 1 / 4),
+        ("dapo", {}, 0.5, 1 / 4, 1 / 4),
+        # dapo inside an optimizer step of 8 policy tokens (another micro-batch holds 4): 2 / 8 = 0.25
+        ("dapo", {"num_items_in_batch": 8}, 0.25, 1 / 8, 1 / 8),
+        # dr_grpo: 2 / (B · L_max) = 2 / (2 · 4) = 0.25; every token weighs 1/8
+        ("dr_grpo", {}, 0.25, 1 / 8, 1 / 8),
+    ],
+)
+def test_aggregation_weighs_long_and_short_completions(loss_type, kwargs, expected_loss, weight_short, weight_long):
+    loss, grad = _short_right_long_wrong(loss_type, **kwargs)
+    assert loss == pytest.approx(expected_loss, abs=TOL)
+    # d loss / d logprob = weight · (-A) · ρ with ρ = 1: the short right answer is pushed up by weight_short,
+    # each token of the long wrong answer pushed down by weight_long (grpo: 1/6 per token, less than 1/2)
+    expected = torch.tensor([[-weight_short, 0, 0], [weight_long] * 3])
+    torch.testing.assert_close(grad, expected, atol=TOL, rtol=0)
+
+
+def test_dr_grpo_needs_the_token_budget():
+    with pytest.raises(ValueError, match="max_completion_length"):
+        policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), LossConfig(loss_type="dr_grpo"))
