@@ -62,13 +62,16 @@ def embedded_checkpoint() -> Path:
     `save_pretrained` refuses a GGUF-loaded model, so we rebuild a fresh model from its config, copy the
     dequantised weights in, and save that.
     """
-    target = cache_dir() / "smollm2-135m-instruct"
+    target = cache_dir() / "smollm2-135m-instruct-v2"  # v2: saved without the GGUF quantization_config
     if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
         return target
     gguf = embedded_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    fresh = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # the weights are dequantised floats now: a plain model
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict())
     fresh.generation_config = loaded.generation_config
     tmp = target.with_name(target.name + ".tmp")

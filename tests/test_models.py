@@ -52,6 +52,7 @@ def test_missing_wheel_names_the_fix(monkeypatch):
 def test_embedded_conversion_is_cached(monkeypatch, tmp_path):
     cached = models.embedded_checkpoint()  # already converted (session cache)
     assert (cached / "config.json").exists() and (cached / "model.safetensors").exists()
+    assert "quantization_config" not in (cached / "config.json").read_text(), "trainers refuse 'quantized' models"
     monkeypatch.setenv("AGENTRL_CACHE", str(cached.parent))
     monkeypatch.setattr(models, "embedded_gguf_path", lambda: pytest.fail("converted again instead of reusing"))
     assert models.embedded_checkpoint() == cached
