@@ -98,3 +98,39 @@ def test_tool_call_in_the_last_allowed_turn_ends_with_max_turns(tool_user):
     (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
                     RolloutConfig(temperature=0, max_turns=1, max_new_tokens=48, progress=False), metadata=[TASK])
     assert ep.stop_reason == "max_turns" and ep.num_tool_calls == 1 and ep.answer is None
+
+
+def test_gradient_flows_only_through_model_tokens(tool_user):
+    """The loss never sees the logits that predict prompt/tool tokens, and gets a gradient on every model token."""
+    from agentrl_lite.rl import LossConfig, policy_loss
+    from agentrl_lite.scoring import token_logprobs
+
+    model, tokenizer, env = tool_user
+    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+                    RolloutConfig(temperature=0, max_new_tokens=48, progress=False), metadata=[TASK])
+    assert 0 in ep.model_mask[ep.prompt_length:], "the episode needs tool tokens after the prompt"
+    ids = torch.tensor([ep.token_ids])
+    mask = torch.tensor([ep.model_mask])
+    captured = {}
+
+    def perturb_and_keep(module, args, output):
+        captured["positions"] = output.shape[1]
+        perturbed = output + 0.0  # a fresh tensor whose gradient we can read
+        perturbed.retain_grad()
+        captured["logits"] = perturbed
+        return perturbed
+
+    handle = model.lm_head.register_forward_hook(perturb_and_keep)
+    try:
+        logprobs = token_logprobs(model, ids, torch.ones_like(ids), mask)
+        loss, _ = policy_loss(logprobs, logprobs.detach(), torch.tensor([1.0]), mask.float(), LossConfig())
+        loss.backward()
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    # only positions that predict a policy token are projected to the vocabulary at all ...
+    assert captured["positions"] == sum(ep.model_mask[1:])
+    # ... and each of them receives gradient
+    assert captured["logits"].grad[0].abs().sum(-1).min() > 0
+    # the tool tokens' own log-probs are exactly zero in the loss input
+    assert (logprobs[0][mask[0] == 0] == 0).all()
