@@ -77,26 +77,29 @@ def _structured_call(call: dict[str, Any]) -> dict[str, Any] | None:
 def predicted_calls(completion: Completion) -> list[dict[str, Any]]:
     """The well-formed tool calls the policy made, as `{"name": ..., "arguments": {...}}`, in order.
 
-    Read from `<tool_call>` blocks in the policy's text and, for chat messages, from the structured
-    `tool_calls` field TRL fills when it parses calls itself. Malformed blocks are not calls.
+    Per assistant message: the structured `tool_calls` field when TRL filled it (it parses calls itself for
+    the chat templates it knows), else the `<tool_call>` blocks of the message's text. Malformed blocks are
+    not calls.
     """
     messages = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else completion
     calls: list[dict[str, Any]] = []
     for message in messages:
         if message.get("role") != "assistant":
             continue
-        structured = (_structured_call(c) for c in message.get("tool_calls") or [])
-        calls += [c for c in structured if c is not None]
-        calls += [c.to_dict() for c in parse_tool_calls(_content_text(message.get("content"))).calls]
+        if message.get("tool_calls"):
+            calls += [c for c in map(_structured_call, message["tool_calls"]) if c is not None]
+        else:
+            calls += [c.to_dict() for c in parse_tool_calls(_content_text(message.get("content"))).calls]
     return calls
 
 
 def count_tool_calls(completion: Completion) -> int:
-    """How many tool calls the policy attempted: every `<tool_call>` block, well-formed or not (each one
-    costs a round trip to the environment), plus structured calls."""
+    """How many tool calls the policy attempted, well-formed or not (each one costs a round trip to the
+    environment): per assistant message, its structured `tool_calls`, else its `<tool_call>` blocks."""
     messages = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else completion
     return sum(
-        len(message.get("tool_calls") or []) + len(parse_tool_calls(_content_text(message.get("content"))).blocks)
+        len(message["tool_calls"]) if message.get("tool_calls")
+        else len(parse_tool_calls(_content_text(message.get("content"))).blocks)
         for message in messages
         if message.get("role") == "assistant"
     )

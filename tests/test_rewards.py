@@ -66,9 +66,13 @@ def test_predicted_calls_from_text_and_from_trl_structured_calls():
         {"role": "tool", "content": "2"},
     ]
     assert predicted_calls(structured) == [calc("1+1"), calc("2+2")]
-    # attempts include malformed ones: 2 text blocks (1 broken) + 3 structured calls (1 broken)
+    # attempts include malformed ones: 2 text blocks (1 broken); 3 structured calls (1 broken)
     assert count_tool_calls(CALL + BROKEN_CALL) == 2
     assert count_tool_calls(structured) == 3
+    # a message whose call is both structured and left in the text counts once
+    both = [{"role": "assistant", "content": CALL,
+             "tool_calls": [{"type": "function", "function": calc("17*23")}]}]
+    assert predicted_calls(both) == [calc("17*23")] and count_tool_calls(both) == 1
 
 
 # --- format ---------------------------------------------------------------------------------------------------
