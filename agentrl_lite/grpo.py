@@ -237,8 +237,8 @@ class GRPOTrainer:
                 width = max(len(episodes[i].token_ids) for i in idx)
                 pad = self.tokenizer.pad_token_id
 
-                def batch(rows: list[list], fill: float) -> list[list]:
-                    return [r + [fill] * (width - len(r)) for r in rows]
+                def batch(rows: list[list], fill: float, width: int = width) -> list[list]:
+                    return [r + [fill] * (width - len(r)) for r in rows]  # right-pad to the micro-batch
 
                 ids = torch.tensor(batch([episodes[i].token_ids for i in idx], pad), device=device)
                 attention = torch.tensor(batch([[1] * len(episodes[i].token_ids) for i in idx], 0), device=device)
