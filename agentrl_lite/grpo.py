@@ -240,6 +240,8 @@ class GRPOTrainer:
                 def batch(rows: list[list], fill: float, width: int = width) -> list[list]:
                     return [r + [fill] * (width - len(r)) for r in rows]  # right-pad to the micro-batch
 
+                if not any(any(masks[i]) for i in idx):
+                    continue  # nothing to learn from here (e.g. every episode masked as truncated)
                 ids = torch.tensor(batch([episodes[i].token_ids for i in idx], pad), device=device)
                 attention = torch.tensor(batch([[1] * len(episodes[i].token_ids) for i in idx], 0), device=device)
                 mask = torch.tensor(batch([masks[i] for i in idx], 0), device=device)
@@ -257,6 +259,9 @@ class GRPOTrainer:
                            "entropy": (entropy * mask).sum().item() / max(1, n_tok)}
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + weight * float(v) / c.num_iterations
+            if all(p.grad is None for p in self.params):  # no token in the loss: no update, not a crash
+                sums["grad_norm"] = sums.get("grad_norm", 0.0)
+                continue
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)
             self.optimizer.step()
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm.item() / c.num_iterations

@@ -92,3 +92,17 @@ def test_an_update_favours_better_than_average_episodes(tmp_path, loss_type):
     change = sequence_logprobs() - before
     assert (advantages * change).sum() > 0, (advantages, change)
     assert change[advantages > 0].mean() > change[advantages < 0].mean(), (advantages, change)
+
+
+def test_a_batch_with_no_trainable_token_is_skipped_not_a_crash(tmp_path):
+    # a 5-token budget cuts every episode; masking truncated completions leaves no token in the loss
+    short = RolloutConfig(max_turns=1, max_new_tokens=5, temperature=1.0, progress=False)
+    trainer = make_trainer(tmp_path, mask_truncated_completions=True, rollout=short)
+    before = params(trainer.model)
+    row = trainer.step()
+    assert row["completions/clipped_ratio"] == 1.0 and row["frac_reward_zero_std"] < 1.0  # there was signal
+    assert row["grad_norm"] == 0.0
+    assert all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters()), "no token, no update"
+    # the same samples without masking: the cut episodes are trained on
+    trainer = make_trainer(tmp_path, rollout=short)
+    assert trainer.step()["grad_norm"] > 0
