@@ -53,6 +53,28 @@ def arithmetic_tasks(n: int, seed: int, min_ops: int = 1, max_ops: int = 2,
     return tasks
 
 
+def small_arithmetic_tasks() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every one-step sum, difference and product of small numbers, split 3:1 into train and held-out.
+
+    `a + b` (a 2–20, b 2–9), `a - b` (a 10–20, b 2–9) and `a * b` (a, b 2–9): 304 questions. The raw
+    embedded model gets about a quarter of these right when it answers at all; the rest of the time it
+    rambles past its token budget or states a wrong number. That spread inside a group of samples is what
+    GRPO needs (lesson 04): some siblings are right, some wrong, and nobody has to learn a new format.
+    """
+    rows = []
+    for op, a_range, b_range in (("+", range(2, 21), range(2, 10)), ("-", range(10, 21), range(2, 10)),
+                                 ("*", range(2, 10), range(2, 10))):
+        for a in a_range:
+            for b in b_range:
+                value = a + b if op == "+" else a - b if op == "-" else a * b
+                rows.append({"question": f"What is {a} {op} {b}?", "expression": f"{a} {op} {b}",
+                             "answer": str(value)})
+    random.Random(4).shuffle(rows)
+    rows = [{"id": f"small-{i:03d}", **row} for i, row in enumerate(rows)]
+    cut = len(rows) * 3 // 4
+    return rows[:cut], rows[cut:]
+
+
 def calculator_demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     """A correct tool-use conversation for one task (without the system prompt): call, result, answer.
 
@@ -85,10 +107,13 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     train = arithmetic_tasks(512, seed=1)
     heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
     demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
+    small_train, small_heldout = small_arithmetic_tasks()
     files = {
         "arithmetic_train.jsonl": train,
         "arithmetic_heldout.jsonl": heldout,
         "arithmetic_sft.jsonl": demos,
+        "small_arithmetic_train.jsonl": small_train,
+        "small_arithmetic_heldout.jsonl": small_heldout,
     }
     for name, rows in files.items():
         write_jsonl(data_dir / name, rows)

@@ -46,9 +46,13 @@ class ArithmeticEnv:
 
     tools: list[Callable] = field(default_factory=lambda: [calculator])
     """tools offered to the policy; empty for the no-tool baseline"""
+    instructions: str | None = None
+    """the system prompt, replacing the default one (which asks for the `<answer>` format)"""
 
     @property
     def system_prompt(self) -> str:
+        if self.instructions is not None:
+            return self.instructions
         if self.tools:
             return f"You are a careful assistant. Use the tools to compute. {ANSWER_FORMAT}"
         return f"You are a careful assistant. {ANSWER_FORMAT}"

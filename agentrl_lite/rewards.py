@@ -15,6 +15,7 @@ unchanged and scores this library's own rollouts too (`reward_kwargs(episodes)` 
 What each reward measures, and the paper it comes from:
 - `format_reward`: the answer format is respected (1/0).
 - `correctness_reward`: the `<answer>` is mathematically equal to the gold answer (HF math-verify).
+- `final_number_reward`: the last number the policy wrote equals the gold answer (no format asked).
 - `tool_call_reward`: ToolRL's fine-grained match of predicted vs gold calls, in [-3, 3];
   `exact_match_tool_reward` is the coarse all-or-nothing version.
 - `otc_reward`: OTC-GRPO's correctness scaled by tool efficiency within a group; `tool_productivity`.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -211,6 +213,35 @@ def correctness_reward(
         None if g is None else float(answers_match(extract_answer(completion_text(c)), g, final_form))
         for c, g in zip(completions, gold, strict=True)
     ]
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\w.]*\d)")
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in `text` (`-12`, `1,234`, `3.5`), or None when there is none."""
+    found = _NUMBER.findall(text.replace("−", "-"))
+    return found[-1] if found else None
+
+
+def final_number_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[Completion],
+    answer: Sequence[Any] | None = None,
+    **kwargs: Any,
+) -> list[float | None]:
+    """1.0 when the last number the policy wrote equals the gold `answer` (math-verify), else 0.0.
+
+    No answer format is required: this is the reward for a model that has not learned one (lesson 04 starts
+    the raw embedded model on it). Only the *last* number counts, so listing candidates does not pay, and a
+    reply cut off by the token budget mid-sentence usually ends on the wrong number. A gold answer of
+    None → None (not applicable).
+    """
+    gold = _column("answer", answer, len(completions), "final_number_reward")
+    out: list[float | None] = []
+    for c, g in zip(completions, gold, strict=True):
+        out.append(None if g is None else float(answers_match(last_number(completion_text(c)), g)))
+    return out
 
 
 # --- tool calls: ToolRL fine-grained and coarse -------------------------------------------------------------

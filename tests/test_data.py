@@ -25,3 +25,13 @@ def test_gold_answers_agree_with_the_calculator():
 def test_loads_with_datasets():
     ds = load_dataset("arithmetic_heldout")
     assert len(ds) == 128 and set(ds.column_names) >= {"question", "answer", "expression"}
+
+
+def test_small_arithmetic_split_is_disjoint_complete_and_right():
+    train = read_jsonl(DATA_DIR / "small_arithmetic_train.jsonl")
+    heldout = read_jsonl(DATA_DIR / "small_arithmetic_heldout.jsonl")
+    questions = [t["question"] for t in train + heldout]
+    assert len(questions) == len(set(questions)) == 19 * 8 + 11 * 8 + 8 * 8  # every a op b once
+    assert len(heldout) == 76 and not ({t["question"] for t in train} & {t["question"] for t in heldout})
+    for task in train + heldout:
+        assert calculator(task["expression"]) == task["answer"], task

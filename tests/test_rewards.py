@@ -17,7 +17,9 @@ from agentrl_lite.rewards import (
     correctness_reward,
     count_tool_calls,
     exact_match_tool_reward,
+    final_number_reward,
     format_reward,
+    last_number,
     length_penalty,
     otc_reward,
     otc_tool_score,
@@ -350,3 +352,39 @@ def test_reward_kwargs_from_episodes():
     assert kw["completion_lengths"] == [20, 2] and kw["answer"] == ["391", "391"] and "id" not in kw
     assert correctness_reward(**kw) == [1.0, 0.0]
     assert tool_call_reward(**kw, gold_calls=[[calc("17 * 23")]] * 2) == pytest.approx([1.0, -3.0])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1 + 5 = 6.", "6"),
+        ("The answer is 1,234.", "1,234"),  # thousands separator kept whole
+        ("11 - 14 = -3", "-3"),
+        ("It costs 3.5 dollars.", "3.5"),
+        ("version v2 of x9", None),  # digits inside words are not numbers
+        ("no number here", None),
+        ("7 * 6 = 42<|im_end|>", "42"),
+        ("", None),
+    ],
+)
+def test_last_number(text, expected):
+    assert last_number(text) == expected
+
+
+def test_final_number_reward_hand_worked():
+    completions = [
+        "7 * 6 = 42",  # right
+        "42, no wait, 41",  # only the last number counts → wrong
+        "To solve this we first look at 7 and",  # cut off on an operand → wrong
+        [{"role": "assistant", "content": "It is 42"}, {"role": "tool", "content": "43"}],  # tool text ignored
+        "The answer is 42.0",  # math-verify: 42.0 == 42
+        "no number",
+        "anything",
+    ]
+    gold = ["42", "42", "42", "42", "42", "42", None]
+    assert final_number_reward(["p"] * 7, completions, answer=gold) == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, None]
+
+
+def test_final_number_reward_needs_the_answer_column():
+    with pytest.raises(ValueError, match="answer"):
+        final_number_reward(["p"], ["42"])
