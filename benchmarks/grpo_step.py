@@ -1,6 +1,8 @@
 """Time one GRPO step of agentrl_lite's trainer and of TRL's GRPOTrainer on the identical configuration.
 
-Both trainers run in this one process, interleaved: TRL drives its own training loop, and a callback runs
+Same objective, different engineering: ours samples with the rollout engine and scores the loss pass under
+bf16 autocast (`bf16_loss=True`) without gradient checkpointing; TRL runs with its defaults (fp32, gradient
+checkpointing on). Both trainers run in this one process, interleaved: TRL drives its own training loop, and a callback runs
 one of our steps right after each TRL step (outside TRL's timed window), so both see the same machine
 state. Same model weights, prompts, group size, token budget, loss type, learning rate and reward.
 
@@ -76,7 +78,7 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
 
     ours_model = copy.deepcopy(model)
     config = GRPOConfig(steps=steps, prompts_per_step=1, group_size=GROUP, loss_type="dapo", lr=LR,
-                        micro_batch_size=GROUP, progress=False,
+                        micro_batch_size=GROUP, progress=False, bf16_loss=True,
                         rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=MAX_NEW_TOKENS,
                                               temperature=1.0, batch_size=GROUP, progress=False))
     ours = GRPOTrainer(ours_model, tokenizer, env, tasks, [correct], config)
@@ -102,6 +104,7 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
         "ours_generated_tokens_per_step": float(np.mean(our_tokens)),
         "ours_tool_calls_per_episode": float(np.mean([r["tools/call_frequency"] for r in callback.our_rows])),
         "trl_gradient_checkpointing": bool(args.gradient_checkpointing),
+        "ours_bf16_loss": config.bf16_loss,
         "timed_steps": len(trl_s),
     }
 
