@@ -189,6 +189,7 @@ class GRPOTrainer:
                 episodes = [episodes[int(i) * g + j] for i in keep_groups for j in range(g)]
                 rewards = rewards.view(-1, g)[keep_groups].reshape(-1)
         advantages = group_advantages(rewards, g, scale_rewards=c.scale_rewards)
+        sampled = time.perf_counter()
         loss_metrics = self.update(episodes, advantages)
         self.step_count += 1
         self.last_episodes = episodes
@@ -204,6 +205,8 @@ class GRPOTrainer:
             "tools/call_frequency": float(np.mean([ep.num_tool_calls for ep in episodes])),
             **loss_metrics,
             "step_time": time.perf_counter() - start,
+            "time/sampling": sampled - start,  # rollouts and rewards, refills included
+            "time/update": time.perf_counter() - sampled,
         }
         self.history.append(row)
         if c.output_dir:

@@ -60,7 +60,7 @@ class Interleave(TrainerCallback):
     """Times TRL's steps; after each one, runs and times one of ours."""
 
     def __init__(self, ours: GRPOTrainer):
-        self.ours, self.trl_times, self.our_times, self.our_rows = ours, [], [], []
+        self.ours, self.trl_times, self.our_times, self.our_rows, self.trl_sampling = ours, [], [], [], []
 
     def on_step_begin(self, args, state, control, **kw):
         self.start = time.perf_counter()
@@ -92,6 +92,15 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
         callback = Interleave(ours)
         trainer = TRLTrainer(model=copy.deepcopy(model), reward_funcs=[correct], args=args, train_dataset=dataset,
                              processing_class=tokenizer, callbacks=[callback], tools=tools or None)
+        generate_and_score = trainer._generate_and_score_completions
+
+        def timed(*a, **kw):  # where TRL's step time goes: sampling + rewards vs the loss pass and update
+            start = time.perf_counter()
+            out = generate_and_score(*a, **kw)
+            callback.trl_sampling.append(time.perf_counter() - start)
+            return out
+
+        trainer._generate_and_score_completions = timed
         trainer.train()
     trl_s, our_s = callback.trl_times[1:], callback.our_times[1:]  # the first step of each warms up
     our_tokens = [r["completions/mean_length"] * GROUP for r in callback.our_rows[1:]]
@@ -99,6 +108,10 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
         "trl_seconds_per_step": float(np.mean(trl_s)),
         "ours_seconds_per_step": float(np.mean(our_s)),
         "speedup": float(np.mean(trl_s) / np.mean(our_s)),
+        "trl_sampling_seconds": float(np.mean(callback.trl_sampling[1:])),
+        "trl_update_seconds": float(np.mean(trl_s) - np.mean(callback.trl_sampling[1:])),
+        "ours_sampling_seconds": float(np.mean([r["time/sampling"] for r in callback.our_rows[1:]])),
+        "ours_update_seconds": float(np.mean([r["time/update"] for r in callback.our_rows[1:]])),
         "trl_step_times": trl_s,
         "ours_step_times": our_s,
         "ours_generated_tokens_per_step": float(np.mean(our_tokens)),
