@@ -90,6 +90,9 @@ class GRPOConfig:
     """where the metrics log (metrics.jsonl) and checkpoints go; None keeps everything in memory"""
     progress: bool = True
     """show a tqdm bar over steps"""
+    report_to: str | None = None
+    """also send each step's metrics to "tensorboard" (needs the tensorboard package; logs under output_dir)
+    or "trackio" (needs trackio); None: the JSONL log and `history` only"""
 
 
 class GRPOTrainer:
@@ -130,6 +133,9 @@ class GRPOTrainer:
         self.order: list[int] = []
         self.history: list[dict[str, float]] = []
         self.last_episodes: list[Episode] = []
+        if c.report_to not in (None, "tensorboard", "trackio"):
+            raise ValueError(f"report_to={c.report_to!r}: use None, 'tensorboard' or 'trackio'.")
+        self._tracker: Callable[[dict[str, float]], None] | None = None
         torch.manual_seed(c.seed)
 
     # --- data ------------------------------------------------------------------------------------------
@@ -213,7 +219,15 @@ class GRPOTrainer:
             Path(c.output_dir).mkdir(parents=True, exist_ok=True)
             with open(Path(c.output_dir) / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
+        if c.report_to:
+            self.report(row)
         return row
+
+    def report(self, row: dict[str, float]) -> None:
+        """Send one metrics row to the tracker named by `report_to` (created on first use)."""
+        if self._tracker is None:
+            self._tracker = _make_tracker(self.config)
+        self._tracker(row)
 
     def loss_mask(self, episodes: list[Episode]) -> list[list[int]]:
         """model_mask, zeroed for whole episodes the config excludes from the update."""
@@ -334,3 +348,26 @@ class GRPOTrainer:
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def _make_tracker(config: GRPOConfig) -> Callable[[dict[str, float]], None]:
+    """A function that logs a metrics row to TensorBoard or trackio; a clear error if the package is missing."""
+    package = "tensorboard" if config.report_to == "tensorboard" else "trackio"
+    try:
+        if config.report_to == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(log_dir=config.output_dir)
+
+            def log(row: dict[str, float]) -> None:
+                for key, value in row.items():
+                    if key != "step":
+                        writer.add_scalar(key, value, row["step"])
+                writer.flush()
+
+            return log
+        import trackio
+    except ImportError as error:
+        raise ImportError(f"report_to={config.report_to!r} needs the {package} package: pip install {package}") from error
+    trackio.init(project="agentrl_lite", config=asdict(config))
+    return lambda row: trackio.log({k: v for k, v in row.items() if k != "step"}, step=int(row["step"]))

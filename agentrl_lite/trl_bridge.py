@@ -28,6 +28,11 @@ class _QuietProgress(ProgressCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
         return None
 
+_SAME_NAME = ("loss_type", "epsilon", "epsilon_high", "beta", "num_iterations", "scale_rewards",
+              "mask_truncated_completions", "weight_decay", "max_grad_norm", "seed")
+"""GRPOConfig fields that TRL's GRPOConfig has under the same name and meaning."""
+
+
 def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
     """TRL's `GRPOConfig` for the same experiment as our `config` (single-turn: one turn's token budget).
 
@@ -49,20 +54,11 @@ def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
         temperature=r.temperature,
         top_p=r.top_p,
         top_k=0,
-        loss_type=config.loss_type,
-        epsilon=config.epsilon,
-        epsilon_high=config.epsilon_high,
-        beta=config.beta,
-        num_iterations=config.num_iterations,
-        scale_rewards=config.scale_rewards,
-        mask_truncated_completions=config.mask_truncated_completions,
+        **{name: getattr(config, name) for name in _SAME_NAME},
         learning_rate=config.lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
         max_steps=config.steps,
-        seed=config.seed,
         data_seed=config.seed,
         logging_steps=1,
         save_strategy="no",

@@ -106,3 +106,27 @@ def test_a_batch_with_no_trainable_token_is_skipped_not_a_crash(tmp_path):
     # the same samples without masking: the cut episodes are trained on
     trainer = make_trainer(tmp_path, rollout=short)
     assert trainer.step()["grad_norm"] > 0
+
+
+def test_report_to_trackio_receives_every_row(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    logged, inits = [], []
+    fake = types.SimpleNamespace(init=lambda **kw: inits.append(kw), log=lambda metrics, step: logged.append((step, metrics)))
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    trainer = make_trainer(tmp_path, steps=2, report_to="trackio")
+    trainer.train()
+    assert len(inits) == 1 and inits[0]["config"]["group_size"] == 4
+    assert [s for s, _ in logged] == [1, 2] and logged[1][1]["reward"] == trainer.history[1]["reward"]
+
+
+def test_report_to_is_checked_and_a_missing_package_is_named(tmp_path, monkeypatch):
+    import sys
+
+    with pytest.raises(ValueError, match="report_to"):
+        make_trainer(tmp_path, report_to="wandb")
+    monkeypatch.setitem(sys.modules, "trackio", None)  # importing it raises ImportError
+    trainer = make_trainer(tmp_path, steps=1, report_to="trackio")
+    with pytest.raises(ImportError, match="pip install trackio"):
+        trainer.train()
