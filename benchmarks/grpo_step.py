@@ -145,6 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=4, help="timed steps per trainer (after one warm-up)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", default="bench_grpo_step", help="results/<name>.json")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
     seed_everything(args.seed)
@@ -174,7 +175,7 @@ def main() -> None:
     print("multi-turn:", {k: v for k, v in metrics["multi_turn_tools"].items() if not isinstance(v, list)})
 
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    path = write_results("bench_grpo_step", metrics, profile="cpu", model="SmolLM2-135M-Instruct (embedded)",
+    path = write_results(args.name, metrics, profile="cpu", model="SmolLM2-135M-Instruct (embedded)",
                          seed=args.seed, command=command)
     print("wrote", path)
 
