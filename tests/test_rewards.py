@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentrl_lite import rewards
 from agentrl_lite.episode import Episode, Turn
 from agentrl_lite.rewards import (
     as_trl_reward,
@@ -388,3 +389,24 @@ def test_final_number_reward_hand_worked():
 def test_final_number_reward_needs_the_answer_column():
     with pytest.raises(ValueError, match="answer"):
         final_number_reward(["p"], ["42"])
+
+
+# --- function-calling format (lesson 05) --------------------------------------------------------------------
+
+
+def test_tool_format_reward_wants_clean_calls_or_plain_text():
+    call = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
+    cases = {
+        call: 1.0,
+        call + "\n" + call: 1.0,  # parallel calls, whitespace between
+        call + "<|im_end|>": 1.0,  # an episode's text ends with the end-of-turn token
+        "Sure! " + call + "<|im_end|>": 0.0,
+        "No function fits this request.": 1.0,  # abstaining in plain text
+        "Sure! " + call: 0.0,  # prose around calls
+        call + " done": 0.0,
+        '<tool_call>\n{"name": "f", "arguments": {"x": 1}}': 0.0,  # cut off
+        "<tool_call>{not json}</tool_call>": 0.0,
+        "   ": 0.0,  # says nothing
+    }
+    got = rewards.tool_format_reward([None] * len(cases), list(cases))
+    assert got == list(cases.values())
