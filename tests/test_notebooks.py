@@ -200,6 +200,18 @@ def test_notebook_runs_in_the_smoke_profile(relpath: str, executed: Executions) 
 
 
 @pytest.mark.parametrize("name", PAIRS)
+def test_one_check_per_cell(name: str) -> None:
+    """In an exercise the first check of a cell raises on the stub and would hide the checks after it."""
+    nb = nbformat.read(REPO / "solutions" / name, as_version=4)
+    crowded = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and sum(line.startswith("check(") for line in c.source.splitlines()) > 1
+    ]
+    assert not crowded, f"solutions/{name}: cells {crowded} call check() more than once; split them"
+
+
+@pytest.mark.parametrize("name", PAIRS)
 def test_checks_pass_on_the_solution_and_fail_on_the_exercise(name: str, executed: Executions) -> None:
     solution, exercise = executed(f"solutions/{name}"), executed(f"exercises/{name}")
     for run in (solution, exercise):
