@@ -104,6 +104,13 @@ def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]
     return train, heldout, demos
 
 
+def word_problem_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Multi-step word problems (lessons 06–08); see `agentrl_lite.word_problems`."""
+    from agentrl_lite.word_problems import word_problem_splits as splits
+
+    return splits()
+
+
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8", newline="\n") as f:
@@ -124,6 +131,7 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
     small_train, small_heldout = small_arithmetic_tasks()
     calls_train, calls_heldout, calls_sft = function_calling_splits()
+    words_train, words_heldout, words_sft = word_problem_splits()
     files = {
         "arithmetic_train.jsonl": train,
         "arithmetic_heldout.jsonl": heldout,
@@ -133,6 +141,9 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
         "toolcall_train.jsonl": calls_train,
         "toolcall_heldout.jsonl": calls_heldout,
         "toolcall_sft.jsonl": calls_sft,
+        "word_problems_train.jsonl": words_train,
+        "word_problems_heldout.jsonl": words_heldout,
+        "word_problems_sft.jsonl": words_sft,
     }
     for name, rows in files.items():
         write_jsonl(data_dir / name, rows)

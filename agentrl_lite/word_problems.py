@@ -1,0 +1,132 @@
+"""Multi-step word problems for tool-integrated RL (lessons 06–08).
+
+Plain arithmetic is solved by a cold start alone (COURSE.md §2): once the model has seen a few
+demonstrations of "call the calculator on the question's expression", there is nothing left for RL. Here
+the expression is not in the question. The model has to read a short story, pick the numbers, build the
+computation and usually carry an intermediate result into a second call:
+
+    "Maya buys 23 notebooks at 17 dollars each and pays with 500 dollars. How much change does she get?"
+    → calculator("23 * 17") = 391 → calculator("500 - 391") = 109 → <answer>109</answer>
+
+Each template is one story shape with a fixed plan of steps. Every step is an expression whose operands
+are the story's numbers or earlier results (`{s0}` = the result of step 0). The demonstration of a task
+makes one calculator call per step, so a cold start teaches multi-turn tool use; the demonstrations cover
+only some templates (`SFT_TEMPLATES`), and the held-out set covers all of them, so what RL adds on the
+unseen shapes is measurable.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl_lite.chat import ToolCall, format_tool_call
+
+NAMES = ["Maya", "Omar", "Lena", "Kofi", "Ines", "Ravi", "Yuki", "Tomas", "Amara", "Chen", "Sofia", "Jonas"]
+
+
+@dataclass(frozen=True)
+class Template:
+    """One story shape.
+
+    story: the question, with `{name}` and one `{x}` field per number.
+    numbers: per number, its inclusive range.
+    steps: the plan, one expression per calculator call; operands are number fields or `{s<i>}`, the result
+        of step i. The answer is the last step's result.
+    """
+
+    key: str
+    story: str
+    numbers: dict[str, tuple[int, int]]
+    steps: tuple[str, ...]
+
+
+TEMPLATES: tuple[Template, ...] = (
+    Template("change", "{name} buys {a} notebooks at {b} dollars each and pays with {c} dollars. "
+             "How much change does {name} get?", {"a": (11, 29), "b": (12, 19), "c": (600, 900)},
+             ("{a} * {b}", "{c} - {s0}")),
+    Template("two_packs", "A school orders {a} boxes of {b} pencils and {c} boxes of {d} pens. "
+             "How many items does it order in total?", {"a": (12, 38), "b": (12, 24), "c": (11, 29), "d": (13, 25)},
+             ("{a} * {b}", "{c} * {d}", "{s0} + {s1}")),
+    Template("savings", "{name} saves {a} dollars every week for {b} weeks, then spends {c} dollars on a bike. "
+             "How many dollars are left?", {"a": (14, 48), "b": (12, 26), "c": (100, 160)},
+             ("{a} * {b}", "{s0} - {c}")),
+    Template("trip", "A bus drives {a} km/h for {b} hours and then {c} km/h for {d} hours. "
+             "How many kilometres does it travel?", {"a": (41, 89), "b": (3, 9), "c": (31, 79), "d": (2, 8)},
+             ("{a} * {b}", "{c} * {d}", "{s0} + {s1}")),
+    Template("garden", "A garden is {a} metres by {b} metres. A pond of {c} metres by {d} metres is dug in it. "
+             "How many square metres of garden are left?", {"a": (21, 48), "b": (15, 39), "c": (3, 9), "d": (4, 12)},
+             ("{a} * {b}", "{c} * {d}", "{s0} - {s1}")),
+    Template("stickers", "{name} has {a} stickers and gives {b} stickers to each of {c} friends. "
+             "How many stickers does {name} keep?", {"a": (400, 800), "b": (8, 19), "c": (6, 14)},
+             ("{b} * {c}", "{a} - {s0}")),
+    Template("seats", "A hall has {a} rows of {b} seats. {c} seats are broken. Each ticket costs {d} dollars. "
+             "How many dollars does a sold-out show earn?", {"a": (12, 25), "b": (14, 30), "c": (5, 40), "d": (7, 15)},
+             ("{a} * {b}", "{s0} - {c}", "{s1} * {d}")),
+    Template("crates", "A farm packs {a} crates with {b} apples each and {c} apples are left over. "
+             "How many apples did the farm pick?", {"a": (23, 67), "b": (12, 36), "c": (3, 11)},
+             ("{a} * {b}", "{s0} + {c}")),
+)
+SFT_TEMPLATES = ("change", "two_packs", "savings", "trip")
+"""Templates the cold-start demonstrations cover; the other four appear only in RL training and held-out."""
+
+
+def _evaluate(expression: str) -> int:
+    left, op, right = expression.split()
+    a, b = int(left), int(right)
+    return a * b if op == "*" else a + b if op == "+" else a - b
+
+
+def make_task(template: Template, rng: random.Random) -> dict[str, Any]:
+    """One problem: question, answer, and the plan of concrete calculator expressions (`steps`)."""
+    values = {k: rng.randint(lo, hi) for k, (lo, hi) in template.numbers.items()}
+    results: dict[str, int] = {}
+    steps = []
+    for i, step in enumerate(template.steps):
+        expression = step.format(**values, **results)
+        results[f"s{i}"] = _evaluate(expression)
+        steps.append(expression)
+    question = template.story.format(name=rng.choice(NAMES), **values)
+    return {"question": question, "answer": str(results[f"s{len(steps) - 1}"]), "template": template.key,
+            "steps": steps, "expression": steps[-1]}
+
+
+def word_problem_tasks(n: int, seed: int, templates: tuple[str, ...] | None = None, exclude: set[str] | None = None,
+                       prefix: str = "wp") -> list[dict[str, Any]]:
+    """`n` distinct problems drawn round-robin from `templates` (default: all), skipping `exclude`d questions."""
+    pool = [t for t in TEMPLATES if templates is None or t.key in templates]
+    if not pool:
+        raise ValueError(f"no template among {templates}; known: {[t.key for t in TEMPLATES]}")
+    rng = random.Random(seed)
+    seen = set(exclude or ())
+    tasks: list[dict[str, Any]] = []
+    while len(tasks) < n:
+        task = make_task(pool[len(tasks) % len(pool)], rng)
+        if task["question"] in seen:
+            continue
+        seen.add(task["question"])
+        tasks.append({"id": f"{prefix}-{len(tasks):04d}", **task})
+    return tasks
+
+
+def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
+    """A correct multi-turn conversation (without the system prompt): one calculator call per step, then the
+    answer. Tool results are the calculator's own output format (plain integers here)."""
+    messages = [{"role": "user", "content": task["question"]}]
+    for expression in task["steps"]:
+        messages.append({"role": "assistant", "content": format_tool_call(ToolCall("calculator", {"expression": expression}))})
+        messages.append({"role": "tool", "content": str(_evaluate(expression))})
+    messages.append({"role": "assistant", "content": f"<answer>{task['answer']}</answer>"})
+    return messages
+
+
+def word_problem_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """RL training problems (all templates), held-out problems (all templates, 8 of each) and SFT
+    demonstrations (only `SFT_TEMPLATES`), pairwise disjoint by question."""
+    train = word_problem_tasks(400, seed=31, prefix="wp-train")
+    heldout = word_problem_tasks(64, seed=32, exclude={t["question"] for t in train}, prefix="wp-heldout")
+    seen = {t["question"] for t in train + heldout}
+    sft_tasks = word_problem_tasks(48, seed=33, templates=SFT_TEMPLATES, exclude=seen, prefix="wp-sft")
+    demos = [{**t, "messages": demonstration(t)} for t in sft_tasks]
+    return train, heldout, demos

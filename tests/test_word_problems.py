@@ -1,0 +1,64 @@
+"""Multi-step word problems: answers right, demonstrations that replay through the real calculator and
+environment, SFT coverage limited to some templates, splits disjoint."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from agentrl_lite.chat import extract_answer, parse_tool_calls
+from agentrl_lite.data import DATA_DIR, read_jsonl
+from agentrl_lite.envs import numbers_match
+from agentrl_lite.tools import calculator
+from agentrl_lite.word_problems import SFT_TEMPLATES, TEMPLATES, demonstration, word_problem_tasks
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return {name: read_jsonl(DATA_DIR / f"word_problems_{name}.jsonl") for name in ("train", "heldout", "sft")}
+
+
+def test_answers_are_the_stories_arithmetic():
+    # recompute from the story's own numbers, independently of the step plan
+    for task in word_problem_tasks(200, seed=5):
+        numbers = [int(n) for n in re.findall(r"\d+", task["question"])]
+        a, b, c, d = (numbers + [0])[:4]  # d: the fourth number where the story has one
+        expected = {
+            "change": c - a * b, "two_packs": a * b + c * d, "savings": a * b - c,
+            "trip": a * b + c * d, "garden": a * b - c * d, "stickers": a - b * c,
+            "seats": (a * b - c) * d, "crates": a * b + c,
+        }[task["template"]]
+        assert task["answer"] == str(expected), task
+        assert expected > 0, task
+
+
+def test_a_demonstration_replays_through_the_calculator(splits):
+    for task in splits["sft"]:
+        messages = task["messages"]
+        assert messages == demonstration(task)
+        assistant = [m["content"] for m in messages if m["role"] == "assistant"]
+        tool = [m["content"] for m in messages if m["role"] == "tool"]
+        assert len(assistant) == len(task["steps"]) + 1 >= 3
+        for turn, result in zip(assistant, tool, strict=False):
+            parsed = parse_tool_calls(turn)
+            assert not parsed.errors and len(parsed.calls) == 1
+            assert calculator(**parsed.calls[0].arguments) == result  # what the real tool would answer
+        assert numbers_match(extract_answer(assistant[-1]), task["answer"])
+
+
+def test_sft_covers_only_some_templates_and_splits_are_disjoint(splits):
+    all_keys = {t.key for t in TEMPLATES}
+    assert {t["template"] for t in splits["sft"]} == set(SFT_TEMPLATES) < all_keys
+    assert {t["template"] for t in splits["train"]} == all_keys
+    held = Counter(t["template"] for t in splits["heldout"])
+    assert set(held) == all_keys and len(set(held.values())) == 1, held  # balanced held-out
+    questions = [{t["question"] for t in splits[name]} for name in ("train", "heldout", "sft")]
+    assert not (questions[0] & questions[1]) and not (questions[0] & questions[2]) and not (questions[1] & questions[2])
+    assert any(len(t["steps"]) == 3 for t in splits["train"]) and any(len(t["steps"]) == 2 for t in splits["train"])
+
+
+def test_unknown_template_is_a_clear_error():
+    with pytest.raises(ValueError, match="no template"):
+        word_problem_tasks(3, seed=0, templates=("nope",))
