@@ -33,6 +33,8 @@ from typing import Any
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 HINT = 'Write <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'
+UNCLOSED = "Error: <tool_call> was not closed with </tool_call>"
+STRAY_CLOSE = "Error: found </tool_call> without a matching <tool_call>."
 
 _DECODER = json.JSONDecoder(strict=False)  # strict=False: allow raw newlines inside strings
 _WHITESPACE = " \t\n\r"
@@ -134,14 +136,8 @@ def _parse_block(text: str, start: int) -> tuple[ToolCall | str, int]:
     close, next_open = text.find(CLOSE, scan_from), text.find(OPEN, scan_from)
     if close == -1 or (next_open != -1 and next_open < close):
         if next_open == -1:
-            return (
-                f"Error: <tool_call> was not closed with </tool_call> (the turn was probably cut off by "
-                f"the token limit). {HINT}"
-            ), len(text)
-        return (
-            f"Error: <tool_call> was not closed with </tool_call> before the next <tool_call>. {HINT}",
-            next_open,
-        )
+            return f"{UNCLOSED} (the turn was probably cut off by the token limit). {HINT}", len(text)
+        return f"{UNCLOSED} before the next <tool_call>. {HINT}", next_open
     resume = close + len(CLOSE)
     if end >= 0:
         return f"Error: unexpected text between the JSON value and </tool_call>. {HINT}", resume
@@ -169,7 +165,7 @@ def parse_tool_calls(text: str) -> ParseResult:
         if open_at == -1 and close_at == -1:
             break
         if open_at == -1 or (close_at != -1 and close_at < open_at):
-            blocks.append(f"Error: found </tool_call> without a matching <tool_call>. {HINT}")
+            blocks.append(f"{STRAY_CLOSE} {HINT}")
             pos = close_at + len(CLOSE)
             continue
         block, pos = _parse_block(text, open_at + len(OPEN))
@@ -182,6 +178,17 @@ def parse_tool_calls(text: str) -> ParseResult:
 def has_tool_call(text: str) -> bool:
     """Whether the turn tries to call a tool (an opening tag is present, well-formed or not)."""
     return OPEN in text
+
+
+def has_complete_tool_call(text: str) -> bool:
+    """Whether the turn holds at least one closed `<tool_call> ... </tool_call>` block, valid JSON or not.
+
+    SimpleTIR's "complete code block": a closed block is an action the environment answers, with the tool's
+    result or with a parse error the model can learn from (as a closed code block that fails to run gets
+    its traceback). A `<tool_call>` never closed (the turn was cut off) or a stray `</tool_call>` is not.
+    """
+    blocks = parse_tool_calls(text).blocks
+    return any(not (isinstance(b, str) and b.startswith((UNCLOSED, STRAY_CLOSE))) for b in blocks)
 
 
 def extract_answer(text: str) -> str | None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentrl_lite.chat import extract_answer, has_complete_tool_call
+
 StopReason = Literal["answer", "no_answer", "max_turns", "max_tokens"]
 
 
@@ -38,6 +40,28 @@ class Turn:
     tool_results: list[str] = field(default_factory=list)
     finished: bool = True
     """for a model turn: it ended with end-of-turn; False when cut by the token budget"""
+
+
+def is_void_turn(turn: Turn) -> bool:
+    """Whether a model turn is void (SimpleTIR): it yields neither a complete tool call nor a final answer.
+
+    Void means both:
+    - no complete tool call: no closed `<tool_call> ... </tool_call>` block (`chat.has_complete_tool_call`),
+      i.e. no call at all or only a `<tool_call>` that was never closed;
+    - no final answer: no `<answer>...</answer>` (`chat.extract_answer` returns None).
+    How the edge cases count:
+    - a closed block whose JSON is malformed is *not* void: the environment answers it with a parse error
+      the policy can learn from, as SimpleTIR's interpreter answers a complete code block that fails;
+    - a turn cut by the token budget (`finished` False) is judged by its text like any other: void unless
+      it closed a tool call or an answer before the cut (usually the cut lands inside one, so it is void).
+      Being cut is a separate matter, handled by DAPO's overlong filtering (`mask_truncated_completions`);
+    - without tools (single-turn tasks) a final reply without `<answer>` tags is void: it is an episode
+      with stop_reason "no_answer". Only the text counts, so a closed tool-call block there is not void.
+    Prompt and tool turns are never void.
+    """
+    if turn.role != "model":
+        return False
+    return not has_complete_tool_call(turn.content) and extract_answer(turn.content) is None
 
 
 @dataclass
@@ -71,6 +95,19 @@ class Episode:
     @property
     def num_model_tokens(self) -> int:
         return sum(self.model_mask)
+
+    @property
+    def has_void_turn(self) -> bool:
+        """Whether any model turn is void (`is_void_turn`); SimpleTIR leaves such episodes out of the update."""
+        return any(is_void_turn(t) for t in self.model_turns)
+
+    @property
+    def model_turn_index(self) -> list[int]:
+        """(seq,) int — for every token, the index of the model turn it belongs to (0, 1, ...); -1 elsewhere."""
+        index = [-1] * len(self.token_ids)
+        for t, turn in enumerate(self.model_turns):
+            index[turn.start:turn.end] = [t] * (turn.end - turn.start)
+        return index
 
     @property
     def completion_text(self) -> str:

@@ -4,9 +4,10 @@ Each step:
 1. draw `prompts_per_step` tasks and sample `group_size` episodes for each (the rollout engine, so
    single-turn and multi-turn tasks share one path);
 2. score every episode with the reward functions (TRL's signature) and sum them with their weights;
-3. turn rewards into group-relative advantages: is this episode better than its siblings?
+3. turn rewards into group-relative advantages: is this episode better than its siblings? In a multi-turn
+   episode `credit` decides which turns get the credit (every turn alike, discounted, or per state: GiGPO);
 4. optionally drop groups whose rewards have no spread (their advantages are all 0: no signal) and refill
-   (DAPO's dynamic sampling), and drop truncated episodes from the loss;
+   (DAPO's dynamic sampling), and drop truncated episodes or episodes with a void turn from the loss;
 5. `num_iterations` passes of the clipped policy loss on the policy's own tokens only (`model_mask`:
    prompt, tool and environment tokens never receive gradient), with gradient clipping.
 
@@ -32,11 +33,21 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.episode import Episode
-from agentrl_lite.rl import LossConfig, group_advantages, policy_loss
+from agentrl_lite.rl import (
+    LossConfig,
+    discounted_returns,
+    discounted_turn_advantages,
+    group_advantages,
+    policy_loss,
+    step_group_advantages,
+    turn_token_advantages,
+)
 from agentrl_lite.rollout import RolloutConfig, rollout
 from agentrl_lite.scoring import token_logprobs
 
 RewardFunc = Callable[..., list[float | None]]
+TurnRewardFunc = Callable[[Episode], Sequence[float]]
+CREDITS = ("broadcast", "discounted", "step_group")
 
 
 @dataclass
@@ -68,7 +79,17 @@ class GRPOConfig:
     mask_truncated_completions: bool = False
     """exclude episodes cut by a token budget from the loss (DAPO's overlong filtering)"""
     filter_void_turns: bool = False
-    """exclude episodes containing a void turn (no tool call and no answer, then continued) — SimpleTIR"""
+    """exclude episodes containing a void turn (neither a complete tool call nor an answer, see
+    `episode.is_void_turn`) from the loss (SimpleTIR); without tools this drops every reply lacking <answer>"""
+    credit: str = "broadcast"
+    """how the reward reaches the turns of an episode (see agentrl_lite.rl): "broadcast" puts the episode's
+    advantage on every token; "discounted" gives each turn its discounted return against the group's episode
+    returns (Kevin); "step_group" adds ω times the turn's return against sibling turns taken from the same
+    state (identical tokens before the turn) to the episode's advantage (GiGPO)"""
+    gamma: float = 1.0
+    """discount per model turn for credit "discounted" and "step_group" (Kevin: 0.4); 1 does not discount"""
+    omega: float = 1.0
+    """credit "step_group": weight ω of the step-level advantage added to the episode's (GiGPO: 1)"""
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(max_turns=1, max_new_tokens=64,
                                                                           temperature=1.0, progress=False))
     """how episodes are sampled (temperature, turn and token budgets)"""
@@ -105,6 +126,9 @@ class GRPOTrainer:
         tasks: the training tasks (dicts); their fields reach the reward functions as keyword lists.
         reward_funcs: TRL-style `f(prompts, completions, **kwargs) -> list[float | None]`.
         reward_weights: one weight per reward function (default 1.0 each).
+        turn_rewards: optional per-turn rewards for credit "discounted" and "step_group": a function of an
+            episode returning one reward per model turn, added to the episode reward (which the last turn
+            receives). None: only the episode reward.
     """
 
     def __init__(
@@ -116,12 +140,16 @@ class GRPOTrainer:
         reward_funcs: Sequence[RewardFunc],
         config: GRPOConfig | None = None,
         reward_weights: Sequence[float] | None = None,
+        turn_rewards: TurnRewardFunc | None = None,
     ) -> None:
         self.model, self.tokenizer, self.env, self.tasks = model, tokenizer, env, list(tasks)
         self.reward_funcs = list(reward_funcs)
         self.reward_weights = list(reward_weights or [1.0] * len(self.reward_funcs))
+        self.turn_rewards = turn_rewards
         self.config = config or GRPOConfig()
         c = self.config
+        if c.credit not in CREDITS:
+            raise ValueError(f"credit={c.credit!r}: use one of {CREDITS}.")
         self.loss_config = LossConfig(loss_type=c.loss_type, epsilon=c.epsilon, epsilon_high=c.epsilon_high,
                                       beta=c.beta, max_completion_length=c.rollout.max_new_tokens * c.rollout.max_turns)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -197,12 +225,13 @@ class GRPOTrainer:
             if len(keep_groups) > 0:
                 episodes = [episodes[int(i) * g + j] for i in keep_groups for j in range(g)]
                 rewards = rewards.view(-1, g)[keep_groups].reshape(-1)
-        advantages = group_advantages(rewards, g, scale_rewards=c.scale_rewards)
+        advantages, credit_metrics = self.advantages(episodes, rewards)
         sampled = time.perf_counter()
         loss_metrics = self.update(episodes, advantages)
         self.step_count += 1
         self.last_episodes = episodes
         n_tokens = [ep.num_model_tokens for ep in episodes]
+        void = [ep.has_void_turn for ep in episodes]
         row = {
             "step": self.step_count,
             "reward": reward_mean,
@@ -212,6 +241,9 @@ class GRPOTrainer:
             "completions/mean_length": float(np.mean(n_tokens)),
             "completions/clipped_ratio": float(np.mean([ep.stop_reason == "max_tokens" for ep in episodes])),
             "tools/call_frequency": float(np.mean([ep.num_tool_calls for ep in episodes])),
+            "void_turn_ratio": float(np.mean(void)),  # SimpleTIR: share of episodes with a void turn
+            "void_turn_filtered": float(sum(void)) if c.filter_void_turns else 0.0,  # left out of the loss
+            **credit_metrics,
             **loss_metrics,
             "step_time": time.perf_counter() - start,
             "time/sampling": sampled - start,  # rollouts and rewards, refills included
@@ -232,17 +264,82 @@ class GRPOTrainer:
             self._tracker = _make_tracker(self.config)
         self._tracker(row)
 
+    # --- credit assignment -----------------------------------------------------------------------------
+    def advantages(self, episodes: list[Episode], rewards: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Advantages as `config.credit` assigns them, and credit metrics.
+
+        Returns (n,) float, one per episode, for "broadcast" (exactly `group_advantages`); (n, T) float, one
+        per model turn (T: most model turns in the batch, 0 on padding) for "discounted" and "step_group".
+        """
+        c = self.config
+        if c.credit == "broadcast":
+            return group_advantages(rewards, c.group_size, scale_rewards=c.scale_rewards), {}
+        turn_rewards, turn_mask, extra = self.turn_reward_table(episodes, rewards)
+        if c.credit == "discounted":
+            return discounted_turn_advantages(turn_rewards, turn_mask, c.group_size, c.gamma, c.scale_rewards), {}
+        episode_advantages = group_advantages(rewards + extra, c.group_size, scale_rewards=c.scale_rewards)
+        returns = discounted_returns(turn_rewards, turn_mask, c.gamma)
+        groups = self.step_groups(episodes, turn_mask.shape[1])
+        step = step_group_advantages(returns, turn_mask, groups, scale=c.scale_rewards != "none")
+        _, sizes = torch.unique(groups[turn_mask.bool()], return_counts=True)
+        shared = float((sizes[sizes > 1].sum() / sizes.sum()).item()) if sizes.numel() else 0.0
+        advantages = (episode_advantages.unsqueeze(1) + c.omega * step) * turn_mask
+        return advantages, {"step_groups/shared_turn_ratio": shared}  # turns with a sibling in the same state
+
+    def turn_reward_table(
+        self, episodes: list[Episode], rewards: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-turn rewards r_it: the episode reward at the last model turn, plus `turn_rewards` if given.
+
+        Returns (turn_rewards (n, T) float, turn_mask (n, T) 0/1, extra (n,) float — the sum of the hook's
+        rewards per episode, so that rewards + extra is the episode's undiscounted return).
+        """
+        width = max(1, max(len(ep.model_turns) for ep in episodes))
+        turn_rewards, turn_mask = torch.zeros(len(episodes), width), torch.zeros(len(episodes), width)
+        extra = torch.zeros(len(episodes))
+        for i, ep in enumerate(episodes):
+            n_turns = len(ep.model_turns)
+            turn_mask[i, :n_turns] = 1.0
+            if self.turn_rewards is not None:
+                values = list(self.turn_rewards(ep))
+                if len(values) != n_turns:
+                    raise ValueError(f"turn_rewards returned {len(values)} rewards for an episode with {n_turns} "
+                                     "model turns: return one reward per model turn.")
+                turn_rewards[i, :n_turns] = torch.tensor(values, dtype=torch.float32)
+                extra[i] = turn_rewards[i].sum()
+            if n_turns:
+                turn_rewards[i, n_turns - 1] += rewards[i]  # the episode reward arrives with the last turn
+        return turn_rewards, turn_mask, extra
+
+    def step_groups(self, episodes: list[Episode], width: int) -> torch.Tensor:
+        """(n, width) int — the step group of each model turn: one id per (prompt group, tokens before the turn).
+
+        Sibling turns share an id exactly when everything before them is token-identical (GiGPO's anchor
+        state): all first turns of a group share the prompt; later turns share a state only when the
+        earlier turns and tool results were identical. -1 on padding.
+        """
+        ids: dict[tuple[int, tuple[int, ...]], int] = {}
+        table = torch.full((len(episodes), width), -1, dtype=torch.long)
+        for i, ep in enumerate(episodes):
+            for t, turn in enumerate(ep.model_turns):
+                state = (i // self.config.group_size, tuple(ep.token_ids[:turn.start]))
+                table[i, t] = ids.setdefault(state, len(ids))
+        return table
+
     def loss_mask(self, episodes: list[Episode]) -> list[list[int]]:
         """model_mask, zeroed for whole episodes the config excludes from the update."""
         masks = []
         for ep in episodes:
             excluded = (self.config.mask_truncated_completions and ep.stop_reason == "max_tokens") or (
-                self.config.filter_void_turns and ep.metadata.get("void_turn", False))
+                self.config.filter_void_turns and ep.has_void_turn)
             masks.append([0] * len(ep.model_mask) if excluded else ep.model_mask)
         return masks
 
     def update(self, episodes: list[Episode], advantages: torch.Tensor) -> dict[str, float]:
-        """`num_iterations` gradient steps of the clipped policy loss over the batch, in micro-batches."""
+        """`num_iterations` gradient steps of the clipped policy loss over the batch, in micro-batches.
+
+        advantages: (n,) float, one per episode for every token, or (n, T) float, one per model turn.
+        """
         c = self.config
         device = next(self.model.parameters()).device
         masks = self.loss_mask(episodes)
@@ -270,8 +367,11 @@ class GRPOTrainer:
                     logprobs, entropy = token_logprobs(self.model, ids, attention, mask, c.rollout.temperature,
                                                        return_entropy=True)
                     ref = self.reference_logprobs(ids, attention, mask) if c.beta > 0 else None
-                loss, metrics = policy_loss(logprobs, old, advantages[idx].to(device), mask.float(),
-                                            self.loss_config, ref_logprobs=ref)
+                adv = advantages[idx].to(device)
+                if adv.dim() == 2:  # per model turn: each token gets its turn's advantage
+                    turn_index = torch.tensor(batch([episodes[i].model_turn_index for i in idx], -1), device=device)
+                    adv = turn_token_advantages(adv, turn_index)
+                loss, metrics = policy_loss(logprobs, old, adv, mask.float(), self.loss_config, ref_logprobs=ref)
                 n_tok = mask.sum().item()
                 weight = n_tok / total_tokens if token_normalised else len(idx) / len(episodes)
                 (loss * weight).backward()  # accumulated micro-batches reproduce the full-batch loss

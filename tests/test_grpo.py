@@ -1,10 +1,14 @@
 """The GRPO trainer: it learns, it resumes to the identical state, and it logs TRL's metric names."""
 
+import math
+
 import pytest
 import torch
 
+from agentrl_lite import grpo
 from agentrl_lite.data import arithmetic_tasks
 from agentrl_lite.envs import ArithmeticEnv
+from agentrl_lite.episode import Episode, Turn
 from agentrl_lite.grpo import GRPOConfig, GRPOTrainer
 from agentrl_lite.models import tiny_policy
 from agentrl_lite.rl import group_advantages
@@ -130,3 +134,130 @@ def test_report_to_is_checked_and_a_missing_package_is_named(tmp_path, monkeypat
     trainer = make_trainer(tmp_path, steps=1, report_to="trackio")
     with pytest.raises(ImportError, match="pip install trackio"):
         trainer.train()
+
+
+# ------------------------------------------------------------------------------------------ void turns
+def answer_half(episodes):
+    """Give every other episode a final answer (its text only: the tokens stay what was sampled)."""
+    for ep in episodes[::2]:
+        ep.turns[1].content = "<answer>4</answer>"
+    return episodes
+
+
+def test_void_turn_episodes_get_no_gradient_when_filtered(tmp_path):
+    sampler = make_trainer(tmp_path)
+    episodes = answer_half(sampler.sample_groups(sampler.next_tasks(2)))
+    void = torch.tensor([ep.has_void_turn for ep in episodes])
+    assert void.tolist() == [False, True] * 4  # the random model's replies hold neither a call nor an answer
+    rewards, _ = sampler.score(episodes)
+    advantages = group_advantages(rewards, 4)
+    other = torch.where(void, -5 * advantages + 3, advantages)  # change only the void episodes' advantages
+
+    def updated(adv, filter_void_turns):
+        trainer = make_trainer(tmp_path, filter_void_turns=filter_void_turns, micro_batch_size=4)
+        trainer.update(episodes, adv)
+        return params(trainer.model)
+
+    filtered = make_trainer(tmp_path, filter_void_turns=True)
+    assert [any(m) for m in filtered.loss_mask(episodes)] == (~void).tolist()
+    a, b = updated(advantages, True), updated(other, True)
+    assert all(torch.equal(a[n], b[n]) for n in a), "a filtered episode moved the weights"
+    a, b = updated(advantages, False), updated(other, False)
+    assert any(not torch.equal(a[n], b[n]) for n in a), "without the filter the void episodes must count"
+
+
+@pytest.mark.parametrize("filter_void_turns, filtered", [(True, 4.0), (False, 0.0)])
+def test_void_turn_ratio_is_logged(tmp_path, filter_void_turns, filtered):
+    trainer = make_trainer(tmp_path, filter_void_turns=filter_void_turns)
+    sample = trainer.sample_groups
+    trainer.sample_groups = lambda tasks: answer_half(sample(tasks))
+    row = trainer.step()
+    assert row["void_turn_ratio"] == 0.5 and row["void_turn_filtered"] == filtered
+    assert row["grad_norm"] > 0  # the answered half still trains
+
+
+# -------------------------------------------------------------------------------------- credit modes
+def test_broadcast_credit_is_the_episode_advantage_and_discounted_with_gamma_one_trains_identically(tmp_path):
+    trainer = make_trainer(tmp_path / "a")
+    episodes = trainer.sample_groups(trainer.next_tasks(2))
+    rewards, _ = trainer.score(episodes)
+    advantages, metrics = trainer.advantages(episodes, rewards)
+    assert torch.equal(advantages, group_advantages(rewards, 4)) and metrics == {}
+    # the per-turn path (each token gets its turn's advantage) gives the same steps when every turn is equal
+    broadcast = make_trainer(tmp_path / "b")
+    broadcast.train(steps=2)
+    discounted = make_trainer(tmp_path / "c", credit="discounted", gamma=1.0)
+    discounted.train(steps=2)
+    assert broadcast.history[-1]["loss"] == discounted.history[-1]["loss"]
+    final_b, final_d = params(broadcast.model), params(discounted.model)
+    assert all(torch.equal(final_b[n], final_d[n]) for n in final_b)
+
+
+def hand_episode(*segments):
+    """An episode from token ids: the prompt, then model and tool turns alternating."""
+    ids, mask, turns = [], [], []
+    for k, segment in enumerate(segments):
+        role = "prompt" if k == 0 else "model" if k % 2 else "tool"
+        turns.append(Turn(role, len(ids), len(ids) + len(segment), "", content="<answer>1</answer>"))
+        ids += segment
+        mask += [int(role == "model")] * len(segment)
+    return Episode(prompt=[], token_ids=ids, logprobs=[0.0] * len(ids), model_mask=mask, turns=turns)
+
+
+PROMPT = [101, 102, 103]
+SIBLINGS = [
+    hand_episode(PROMPT, [110, 111], [120], [112]),  # call, result, answer
+    hand_episode(PROMPT, [110, 111], [120], [113]),  # same call, same result, another answer
+    hand_episode(PROMPT, [114], [121], [115]),  # another call
+    hand_episode(PROMPT, [116]),  # answers at once
+]
+
+
+def test_step_group_credit_by_hand(tmp_path, monkeypatch):
+    trainer = make_trainer(tmp_path, credit="step_group", gamma=0.5, micro_batch_size=4)
+    assert trainer.step_groups(SIBLINGS, 2).tolist() == [[0, 1], [0, 1], [0, 2], [0, -1]]
+    advantages, metrics = trainer.advantages(SIBLINGS, torch.tensor([1.0, 0.0, 1.0, 1.0]))
+    # episode advantages: rewards [1, 0, 1, 1], mean 0.75, std sqrt(0.75 / 3) = 0.5 -> [1, -3, 1, 1] · 0.25 / 0.5001
+    episode = torch.tensor([0.25, -0.75, 0.25, 0.25]) / (0.5 + 1e-4)
+    # returns (γ = 0.5): [[0.5, 1], [0, 0], [0.5, 1], [1, -]]. Step group 0 (all first turns): mean 0.5,
+    # centred [0, -0.5, 0, 0.5], std sqrt(0.5 / 3); step group 1 (second turns of 0 and 1, same state):
+    # centred [0.5, -0.5], std sqrt(0.5); step group 2 (episode 2's second turn) is alone: 0
+    s0, s1 = math.sqrt(0.5 / 3) + 1e-4, math.sqrt(0.5) + 1e-4
+    step = torch.tensor([[0.0, 0.5 / s1], [-0.5 / s0, -0.5 / s1], [0.0, 0.0], [0.5 / s0, 0.0]])
+    expected = (episode.unsqueeze(1) + step) * torch.tensor([[1.0, 1], [1, 1], [1, 1], [1, 0]])  # ω = 1
+    torch.testing.assert_close(advantages, expected, atol=1e-6, rtol=0)
+    assert metrics["step_groups/shared_turn_ratio"] == pytest.approx(6 / 7)  # all but episode 2's second turn
+
+    seen = []
+    real_loss = grpo.policy_loss
+
+    def recording_loss(logprobs, old_logprobs, advantages, *args, **kwargs):
+        seen.append(advantages)  # what the loss receives: one advantage per token
+        return real_loss(logprobs, old_logprobs, advantages, *args, **kwargs)
+
+    monkeypatch.setattr(grpo, "policy_loss", recording_loss)
+    trainer.update(SIBLINGS, advantages)
+    (per_token,) = seen
+    a = advantages.tolist()
+    assert per_token.tolist() == [  # prompt | turn 0 | tool | turn 1, right-padded; each token its turn's value
+        [0, 0, 0, a[0][0], a[0][0], 0, a[0][1]],
+        [0, 0, 0, a[1][0], a[1][0], 0, a[1][1]],
+        [0, 0, 0, a[2][0], 0, a[2][1], 0],
+        [0, 0, 0, a[3][0], 0, 0, 0],
+    ]
+
+
+def test_turn_rewards_add_to_the_episode_reward_at_the_last_turn(tmp_path):
+    model, tokenizer = tiny_policy(seed=0)
+    config = GRPOConfig(group_size=4, credit="discounted", progress=False)
+    trainer = GRPOTrainer(model, tokenizer, ArithmeticEnv(tools=[]), TASKS, [even_token_reward], config,
+                          turn_rewards=lambda ep: [0.1] * len(ep.model_turns))
+    turn_rewards, turn_mask, extra = trainer.turn_reward_table(SIBLINGS, torch.tensor([1.0, 0.0, 1.0, 1.0]))
+    torch.testing.assert_close(turn_rewards, torch.tensor([[0.1, 1.1], [0.1, 0.1], [0.1, 1.1], [1.1, 0.0]]))
+    assert turn_mask.tolist() == [[1, 1], [1, 1], [1, 1], [1, 0]]
+    torch.testing.assert_close(extra, torch.tensor([0.2, 0.2, 0.2, 0.1]))
+    trainer.turn_rewards = lambda ep: [0.1]
+    with pytest.raises(ValueError, match="one reward per model turn"):
+        trainer.turn_reward_table(SIBLINGS, torch.zeros(4))
+    with pytest.raises(ValueError, match="credit="):
+        make_trainer(tmp_path, credit="per_token")

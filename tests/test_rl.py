@@ -15,12 +15,16 @@ from hypothesis import strategies as st
 
 from agentrl_lite.rl import (
     LossConfig,
+    discounted_returns,
+    discounted_turn_advantages,
     entropy_from_logits,
     frac_reward_zero_std,
     group_advantages,
     kl_estimate,
     policy_loss,
     rloo_advantages,
+    step_group_advantages,
+    turn_token_advantages,
 )
 
 TOL = 1e-6
@@ -77,6 +81,71 @@ def test_rloo_on_1_0_0_1():
     torch.testing.assert_close(
         rloo_advantages(rewards, group_size=4), torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3]), atol=TOL, rtol=0
     )
+
+
+# ------------------------------------------------------------------------------------ turn-level credit
+def test_discounted_returns_by_hand():
+    # episode 0: 3 turns, terminal reward 1, γ = 0.4 (Kevin): G = [0.4², 0.4, 1] = [0.16, 0.4, 1]
+    # episode 1: 2 turns (third is padding) with an intermediate reward 0.5 at turn 0 and 1 at the end:
+    #            G_1 = 1, G_0 = 0.5 + 0.4 · 1 = 0.9; the padding's reward 7 is ignored and its return is 0
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.5, 1.0, 7.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    expected = torch.tensor([[0.16, 0.4, 1.0], [0.9, 1.0, 0.0]])
+    torch.testing.assert_close(discounted_returns(rewards, mask, gamma=0.4), expected, atol=TOL, rtol=0)
+
+
+def test_discounted_turn_advantages_by_hand():
+    # one group of 2: episode A takes 3 turns to reward 1, episode B answers in 1 turn with reward 0. γ = 0.5:
+    # G_A = [0.25, 0.5, 1], G_B = [0]. Baseline: mean of G_0 = (0.25 + 0) / 2 = 0.125,
+    # std of G_0 (unbiased) = sqrt(2 · 0.125² / 1) = 0.176777
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    centred = torch.tensor([[0.125, 0.375, 0.875], [-0.125, 0.0, 0.0]])  # G - 0.125, 0 on padding
+    none = discounted_turn_advantages(rewards, mask, group_size=2, gamma=0.5, scale_rewards="none")
+    torch.testing.assert_close(none, centred, atol=TOL, rtol=0)
+    scaled = discounted_turn_advantages(rewards, mask, group_size=2, gamma=0.5)
+    torch.testing.assert_close(scaled, centred / (0.125 * math.sqrt(2) + 1e-4), atol=TOL, rtol=0)
+    # ≈ [[0.7067, 2.1201, 4.9469], [-0.7067, 0, 0]]: the early turn of the slow success is barely credited
+
+
+def test_discounted_with_gamma_one_and_terminal_reward_is_broadcast():
+    episode_rewards = torch.tensor([1.0, 0.0, 0.5, 3.0])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 0]])
+    last = mask.sum(1) - 1
+    rewards = torch.zeros(4, 3)
+    rewards[torch.arange(4), last] = episode_rewards  # the reward arrives at each episode's last turn
+    for scale in ("group", "batch", "none"):
+        adv = discounted_turn_advantages(rewards, mask, group_size=2, gamma=1.0, scale_rewards=scale)
+        broadcast = group_advantages(episode_rewards, group_size=2, scale_rewards=scale)
+        assert torch.equal(adv, broadcast.unsqueeze(1) * mask), scale  # bit for bit, padding 0
+
+
+def test_step_group_advantages_by_hand():
+    # 4 siblings, γ = 0.5, terminal rewards [1, 0, 1, 1]; episodes 0-2 take 2 turns, episode 3 one turn:
+    # returns G = [[0.5, 1], [0, 0], [0.5, 1], [1, -]]
+    returns = torch.tensor([[0.5, 1.0], [0.0, 0.0], [0.5, 1.0], [1.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 1], [1, 0]])
+    # every first turn starts from the prompt (group 7); episodes 0 and 1 made the same call and got the same
+    # result (group 3); episode 2 reached a state of its own (group 9); the padding's id must not matter
+    groups = torch.tensor([[7, 3], [7, 3], [7, 9], [7, 3]])
+    # group 7: returns [0.5, 0, 0.5, 1], mean 0.5, centred [0, -0.5, 0, 0.5]
+    # group 3: returns [1, 0], mean 0.5, centred [0.5, -0.5]; group 9: alone -> 0
+    centred = torch.tensor([[0.0, 0.5], [-0.5, -0.5], [0.0, 0.0], [0.5, 0.0]])
+    torch.testing.assert_close(step_group_advantages(returns, mask, groups, scale=False), centred, atol=TOL, rtol=0)
+    # scaled: std of group 7 = sqrt((0.25 + 0.25) / 3) = 0.408248; of group 3 = sqrt(0.5 / 1) = 0.707107
+    s7, s3 = math.sqrt(0.5 / 3) + 1e-4, math.sqrt(0.5) + 1e-4
+    expected = torch.tensor([[0.0, 0.5 / s3], [-0.5 / s7, -0.5 / s3], [0.0, 0.0], [0.5 / s7, 0.0]])
+    torch.testing.assert_close(step_group_advantages(returns, mask, groups), expected, atol=TOL, rtol=0)
+    # a step group without spread teaches nothing: exactly 0
+    same = step_group_advantages(torch.ones(3, 1), torch.ones(3, 1), torch.zeros(3, 1, dtype=torch.long))
+    assert same.tolist() == [[0.0], [0.0], [0.0]]
+
+
+def test_turn_token_advantages_put_each_turns_advantage_on_its_tokens():
+    # tokens: prompt prompt | turn 0 turn 0 | tool | turn 1 | padding
+    turn_index = torch.tensor([[-1, -1, 0, 0, -1, 1, -1]])
+    per_token = turn_token_advantages(torch.tensor([[2.0, -3.0]]), turn_index)
+    assert per_token.tolist() == [[0.0, 0.0, 2.0, 2.0, 0.0, -3.0, 0.0]]
 
 
 # ------------------------------------------------------------------------------------------- KL

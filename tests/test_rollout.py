@@ -5,6 +5,7 @@ import torch
 
 from agentrl_lite.data import arithmetic_tasks, calculator_demonstration
 from agentrl_lite.envs import ArithmeticEnv
+from agentrl_lite.episode import Episode, Turn, is_void_turn
 from agentrl_lite.models import tiny_policy
 from agentrl_lite.rollout import RolloutConfig, render, rollout
 from agentrl_lite.sft import SFTConfig, sft, tokenize_conversation
@@ -134,3 +135,53 @@ def test_gradient_flows_only_through_model_tokens(tool_user):
     assert captured["logits"].grad[0].abs().sum(-1).min() > 0
     # the tool tokens' own log-probs are exactly zero in the loss input
     assert (logprobs[0][mask[0] == 0] == 0).all()
+
+
+# ------------------------------------------------------------------------------------------ void turns
+CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    "content, finished, void",
+    [
+        (CALL, True, False),  # a complete, well-formed call: an action
+        ("<answer>5</answer>", True, False),  # a final answer
+        ("Let me think. <answer>5</answer>", False, False),  # cut by the budget after a complete answer
+        ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+', False, True),  # never closed
+        ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n', True, True),  # closed by eot
+        # malformed JSON but closed: the environment answers with a parse error, as an interpreter answers a
+        # complete code block that fails, so the turn is not void
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": 2+3}}</tool_call>', True, False),
+        ("The answer is 5.", True, True),  # prose: no call, no answer (single-turn "no_answer")
+        ("<answer>5", True, True),  # an answer never closed
+        ("</tool_call> 5", True, True),  # a stray closing tag is no call
+        ("", False, True),  # cut before writing anything
+    ],
+)
+def test_void_turn_definition(content, finished, void):
+    turn = Turn("model", 0, 1, content + "<|im_end|>" * finished, content=content, finished=finished)
+    assert is_void_turn(turn) is void
+
+
+def test_an_episode_has_a_void_turn_when_any_model_turn_is_void():
+    def episode(*contents):
+        turns = [Turn("prompt", 0, 1, "prompt")]
+        for content in contents:
+            turns.append(Turn("model", 0, 1, content, content=content))
+            turns.append(Turn("tool", 0, 1, "<tool_response>Error</tool_response>", tool_results=["Error"]))
+        return Episode(prompt=[], turns=turns[:-1])
+
+    assert not episode(CALL, "<answer>5</answer>").has_void_turn
+    assert episode("<tool_call>{", "<answer>5</answer>").has_void_turn  # a void turn the episode survived
+    assert episode(CALL, "I give up.").has_void_turn
+    assert not is_void_turn(Turn("tool", 0, 1, "", tool_results=[]))  # only model turns can be void
+
+
+def test_rollout_episodes_are_void_exactly_when_they_end_without_call_or_answer(tool_user):
+    model, tokenizer, env = tool_user
+    (good,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+                      RolloutConfig(temperature=0, max_new_tokens=48, progress=False), metadata=[TASK])
+    assert good.stop_reason == "answer" and not good.has_void_turn
+    (cut,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+                     RolloutConfig(temperature=0, max_new_tokens=5, progress=False), metadata=[TASK])
+    assert cut.stop_reason == "max_tokens" and "<tool_call>" in cut.turns[-1].content and cut.has_void_turn
