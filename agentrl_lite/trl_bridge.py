@@ -7,19 +7,31 @@ GPUs with accelerate/DeepSpeed and vLLM. This module translates, so that a compa
   beta, iterations, reward scaling, learning rate held constant as ours is);
 - `trl_dataset`: the environment's prompts (conversational, as TRL expects) with every task field as a
   column, which TRL hands to the reward functions as keyword lists — exactly what our trainer does;
+- `trl_environment_factory`: a multi-turn tool environment as TRL's `environment_factory`: one instance per
+  rollout, reset with the task, the environment's tools as its methods, every call run through our `Toolbox`
+  (so a malformed call is an `Error: ...` observation, never an exception) and recorded;
+- `trl_trainer`: TRL's `GRPOTrainer` built from all of the above;
 - `trl_history`: TRL's log history as rows shaped like our trainer's history, for plotting side by side.
 
-The reward functions need no translation: they already have TRL's signature (`agentrl_lite.rewards`).
+The reward functions need no translation: they already have TRL's signature (`agentrl_lite.rewards`). In a
+multi-turn run TRL passes each completion as messages, `[{"role": "assistant", "content": ..., "tool_calls":
+[...]}, {"role": "tool", ...}, ..., {"role": "assistant", "content": "<answer>391</answer>"}]`, which
+`rewards.completion_text` reads as the policy's text only; `with_environment_tool_calls` hands a reward the
+number of calls each rollout's environment ran (for `otc_reward`).
 """
 
 from __future__ import annotations
 
+import inspect
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from transformers.trainer_callback import ProgressCallback
 
+from agentrl_lite.chat import ToolCall
 from agentrl_lite.grpo import GRPOConfig
+from agentrl_lite.tools import Toolbox
 
 
 class _QuietProgress(ProgressCallback):
@@ -79,6 +91,124 @@ def trl_dataset(env: Any, tasks: Sequence[dict]) -> Any:
     return datasets.Dataset.from_list(rows)
 
 
+class TRLToolEnvironment:
+    """One rollout of a tool environment inside TRL's `GRPOTrainer(environment_factory=...)`.
+
+    Do not instantiate this class: `trl_environment_factory(env)` builds a subclass with `env`'s tools as
+    methods. How TRL 1.16 uses it (trl/trainer/grpo_trainer.py):
+    - it calls the factory with no argument, one instance per rollout in a batch, and reuses the instances
+      from batch to batch (so all state is set in `reset`);
+    - before each rollout it calls `reset(**row)` with the whole dataset row: `prompt` and every task column;
+    - every public method except `reset` and `get_reward` is a tool: its name, type hints and Google-style
+      docstring become the schema rendered into the prompt, and TRL calls it with the arguments the model
+      wrote, as keywords. A public helper here would be offered to the model as a tool, hence the private
+      `_call` and the property below;
+    - reward functions receive the instances, aligned with `completions`, as `environments=[...]`.
+
+    Attributes set by `reset`: `task` (the dataset row without `prompt`), `toolbox` (a fresh
+    `env.make_toolbox()`), `calls` (one `{"name", "arguments", "observation"}` per call the tools ran, in order).
+    """
+
+    env: Any = None
+    """the environment whose rollouts these are (set on the subclass by `trl_environment_factory`)"""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self, **task: Any) -> None:
+        """Start a rollout of `task`. Returns None: the prompt is already in TRL's dataset (`trl_dataset`);
+        a string returned here would be appended to the last user message."""
+        task.pop("prompt", None)  # the prompt messages TRL's dataset row carries, not a task field
+        self.task: dict[str, Any] = task
+        self.toolbox: Toolbox = self.env.make_toolbox()
+        self.calls: list[dict[str, Any]] = []
+
+    @property
+    def num_tool_calls(self) -> int:
+        """How many tool calls this rollout ran (m in OTC's tool-efficiency reward)."""
+        return len(self.calls)
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one call through the toolbox (validated against the schema; errors come back as text) and record it."""
+        observation = self.toolbox.execute(ToolCall(name, arguments))
+        self.calls.append({"name": name, "arguments": arguments, "observation": observation})
+        return observation
+
+
+_RESERVED = {*dir(TRLToolEnvironment), "get_reward", "task", "toolbox", "calls"}
+"""names a tool cannot have: TRL's hooks and the environment's own attributes"""
+
+
+def _tool_method(name: str, function: Callable[..., Any]) -> Callable[..., str]:
+    """A method `name(self, <function's parameters>)` that runs `function` through the rollout's toolbox.
+
+    It carries the function's signature, type hints and docstring, so the schema TRL renders is the one our
+    `Toolbox` renders. It accepts any keywords: a wrong argument reaches the toolbox, which answers with an
+    `Error: ...` observation instead of the TypeError a plain function call would raise.
+    """
+    signature = inspect.signature(function)
+    parameter_names = list(signature.parameters)
+
+    def method(self: TRLToolEnvironment, *args: Any, **kwargs: Any) -> str:
+        if len(args) > len(parameter_names):  # only a person calls with positions; TRL passes keywords
+            raise TypeError(f"{name}() takes {len(parameter_names)} arguments, got {len(args)} positional ones.")
+        return self._call(name, {**dict(zip(parameter_names, args, strict=False)), **kwargs})
+
+    receiver = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__name__ = name
+    method.__doc__ = function.__doc__
+    method.__signature__ = signature.replace(parameters=[receiver, *signature.parameters.values()])  # type: ignore[attr-defined]
+    method.__annotations__ = typing.get_type_hints(function)  # resolved here: no string annotations to evaluate later
+    return method
+
+
+def trl_environment_factory(env: Any) -> type[TRLToolEnvironment]:
+    """`env` as TRL's `environment_factory`: a `TRLToolEnvironment` subclass whose methods are `env`'s tools.
+
+    `env` needs `make_toolbox()` returning a `Toolbox` (`ArithmeticEnv` with its calculator, for example). The
+    class is the factory: TRL calls it with no argument to get one rollout's environment.
+    """
+    toolbox = env.make_toolbox()
+    if not isinstance(toolbox, Toolbox):
+        raise ValueError(
+            f"{type(env).__name__}.make_toolbox() returned {toolbox!r}, not a Toolbox of executable tools; TRL's "
+            "environment_factory is for environments with tools. Without tools, call trl_trainer as it is "
+            "(single-turn), or give the environment tools (e.g. ArithmeticEnv(tools=[calculator]))."
+        )
+    methods = {}
+    for name, function in toolbox.functions.items():
+        if name in _RESERVED or name.startswith("_"):
+            raise ValueError(f"A tool named {name!r} cannot be a method of TRL's environment (the name is taken, "
+                             "or private, which TRL does not offer as a tool); rename the tool.")
+        methods[name] = _tool_method(name, function)
+    cls_name = f"{type(env).__name__}ForTRL"
+    for method in methods.values():
+        method.__qualname__ = f"{cls_name}.{method.__name__}"
+    return type(cls_name, (TRLToolEnvironment,), {"env": env, **methods})
+
+
+def with_environment_tool_calls(reward: Callable[..., list[float | None]]) -> Callable[..., list[float | None]]:
+    """`reward` called with `tool_calls=[...]`: the number of calls each rollout's environment ran, read from
+    the `environments` TRL passes to reward functions when it runs an `environment_factory`.
+
+    For `otc_reward` (OTC's tool efficiency). Without it, `otc_reward` counts the calls in the completion
+    (`rewards.count_tool_calls`), which also counts calls that were written but not run: unparseable blocks,
+    and calls in the last turn when the turn limit (`max_tool_calling_iterations`) was reached.
+    """
+
+    def wrapped(prompts: Sequence[Any], completions: Sequence[Any], environments: Sequence[Any] | None = None,
+                **kwargs: Any) -> list[float | None]:
+        if environments is None:
+            raise ValueError(f"{reward.__name__} reads tool calls from TRL's environments, but none were passed: "
+                             "train with trl_trainer(..., use_environment_factory=True) on an environment with tools.")
+        tool_calls = [e.num_tool_calls for e in environments]
+        return reward(prompts, completions, tool_calls=tool_calls, environments=environments, **kwargs)
+
+    wrapped.__name__ = wrapped.__qualname__ = reward.__name__  # TRL logs rewards/<name>/mean
+    wrapped.__doc__ = reward.__doc__
+    return wrapped
+
+
 def trl_trainer(
     model: Any,
     tokenizer: Any,
@@ -89,20 +219,34 @@ def trl_trainer(
     output_dir: str,
     reward_weights: Sequence[float] | None = None,
     callbacks: Sequence[Any] = (),
+    use_environment_factory: bool = True,
     **overrides: Any,
 ) -> Any:
-    """TRL's `GRPOTrainer` on our environment, tasks and rewards with our config translated (`trl_config`)."""
+    """TRL's `GRPOTrainer` on our environment, tasks and rewards with our config translated (`trl_config`).
+
+    Tools are offered when the environment has some and `config.rollout.max_turns > 1` (up to max_turns − 1
+    rounds of calls, as in our rollouts). use_environment_factory: run them through
+    `trl_environment_factory(env)` (each call validated by our `Toolbox` and recorded per rollout; reward
+    functions receive `environments=[...]`); False hands the raw tool functions to TRL's `tools=`, where a
+    malformed call raises inside TRL and comes back as `{"error": ...}`. The tokenizer's chat template must be
+    one TRL recognises (`models.tool_chat_template`, which `load_policy` and `tiny_policy` install).
+    """
     from trl import GRPOTrainer as TRLGRPOTrainer
 
     if reward_weights is not None:
         overrides["reward_weights"] = list(reward_weights)
-    tools = getattr(env, "tools", None) or None
-    if tools and config.rollout.max_turns > 1:
+    multi_turn = bool(getattr(env, "tools", None)) and config.rollout.max_turns > 1
+    if multi_turn:
         overrides.setdefault("max_tool_calling_iterations", config.rollout.max_turns - 1)
+    tool_kwargs: dict[str, Any] = {}
+    if multi_turn and use_environment_factory:
+        tool_kwargs["environment_factory"] = trl_environment_factory(env)
+    elif multi_turn:
+        tool_kwargs["tools"] = list(env.tools)
     args = trl_config(config, output_dir, **overrides)
     trainer = TRLGRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args,
                              train_dataset=trl_dataset(env, tasks), processing_class=tokenizer,
-                             callbacks=list(callbacks), tools=tools if config.rollout.max_turns > 1 else None)
+                             callbacks=list(callbacks), **tool_kwargs)
     if config.progress:  # keep TRL's progress bar, without a printed dict per step (use trl_history)
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(_QuietProgress)

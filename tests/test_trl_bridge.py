@@ -1,17 +1,39 @@
 """The TRL bridge: our config translated knob for knob, our tasks as TRL's dataset, TRL's logs as our rows,
-and a real TRL GRPOTrainer run on a tiny model through the bridge."""
+our tool environment as TRL's environment_factory, and real TRL GRPOTrainer runs on a tiny model through
+the bridge (single-turn, and multi-turn with the calculator)."""
 
 from __future__ import annotations
 
+import inspect
+import json
+import re
+from types import SimpleNamespace
+
 import pytest
+import torch
+from transformers.utils import get_json_schema
 
 from agentrl_lite.data import DATA_DIR, read_jsonl
 from agentrl_lite.envs import ArithmeticEnv
 from agentrl_lite.grpo import GRPOConfig
 from agentrl_lite.models import tiny_policy
-from agentrl_lite.rewards import final_number_reward
+from agentrl_lite.rewards import (
+    as_trl_reward,
+    correctness_reward,
+    final_number_reward,
+    format_reward,
+    otc_reward,
+)
 from agentrl_lite.rollout import RolloutConfig
-from agentrl_lite.trl_bridge import trl_config, trl_dataset, trl_history, trl_trainer
+from agentrl_lite.tools import Toolbox, calculator
+from agentrl_lite.trl_bridge import (
+    trl_config,
+    trl_dataset,
+    trl_environment_factory,
+    trl_history,
+    trl_trainer,
+    with_environment_tool_calls,
+)
 
 CONFIG = GRPOConfig(steps=2, prompts_per_step=2, group_size=4, loss_type="dr_grpo", epsilon=0.1, epsilon_high=0.28,
                     beta=0.0, num_iterations=2, scale_rewards="none", mask_truncated_completions=True, lr=3e-5,
@@ -70,5 +92,124 @@ def test_trl_runs_our_env_and_reward_with_a_tiny_model(tmp_path):
     assert all(0.0 <= r["reward"] <= 1.0 and "frac_reward_zero_std" in r for r in rows)
     assert [n for n, _ in calls] == [8, 8]  # prompts × group per step, and the task column reached the reward
     assert all(set(a) <= {t["answer"] for t in tasks} for _, a in calls)
+    changed = [n for n, p in model.named_parameters() if not p.detach().equal(before[n])]
+    assert changed, "TRL's optimizer step did not change the model"
+
+
+def test_environment_factory_runs_the_env_tools_and_never_raises():
+    factory = trl_environment_factory(ArithmeticEnv())
+    environment = factory()  # TRL calls the factory with no argument
+    tools = [n for n, _ in inspect.getmembers(factory, predicate=inspect.isfunction)
+             if n not in ("reset", "get_reward") and not n.startswith("_")]
+    assert tools == ["calculator"]  # exactly what TRL offers the model: no helper leaks out as a tool
+    assert get_json_schema(environment.calculator) == Toolbox([calculator]).schemas[0]
+
+    assert environment.reset(prompt=[{"role": "user", "content": "q"}], question="What is 17 * 23?",
+                             answer="391") is None  # TRL appends a returned string to the prompt
+    assert environment.task == {"question": "What is 17 * 23?", "answer": "391"}
+    assert environment.calculator(expression="17 * 23") == "391"
+    assert environment.calculator(expression=17).startswith("Error: calculator: argument 'expression' must be a string")
+    assert environment.calculator(expr="1").startswith("Error: calculator got an unexpected argument 'expr'")
+    assert environment.calculator().startswith("Error: calculator is missing the required argument 'expression'")
+    assert environment.num_tool_calls == 4 and environment.calls[0] == {
+        "name": "calculator", "arguments": {"expression": "17 * 23"}, "observation": "391"}
+    environment.reset(question="What is 2 + 2?", answer="4")  # instances are reused across batches
+    assert environment.calls == [] and environment.task == {"question": "What is 2 + 2?", "answer": "4"}
+
+    with pytest.raises(ValueError, match="environment_factory is for environments with tools"):
+        trl_environment_factory(ArithmeticEnv(tools=[]))
+
+
+def test_rewards_read_trl_multi_turn_completions():
+    """A completion as TRL 1.16 builds it after a tool round: structured call, tool result, final answer."""
+    completion = [
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "17*23"}}}]},
+        {"role": "tool", "name": "calculator", "content": "<answer>391</answer>"},  # the tool's text never counts
+        {"role": "assistant", "content": "<answer>391</answer>"},
+    ]
+    cheat = completion[:2] + [{"role": "assistant", "content": "I am done."}]
+    assert correctness_reward([[]] * 2, [completion, cheat], answer=["391", "391"]) == [1.0, 0.0]
+    assert format_reward([[]], [completion]) == [1.0]
+    environments = [SimpleNamespace(num_tool_calls=m) for m in (1, 3)]
+    seen = {}
+
+    def reward(prompts, completions, tool_calls, **kwargs):
+        seen["tool_calls"] = tool_calls
+        return [0.0] * len(completions)
+
+    with_environment_tool_calls(reward)([[]] * 2, [completion] * 2, environments=environments)
+    assert seen["tool_calls"] == [1, 3]  # the counts the environments recorded, not the completions' (1, 1)
+
+
+EXPRESSION = re.compile(r"What is (.+?)\?")
+TOOL_RESULT = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
+
+
+def scripted_generate(tokenizer):
+    """A stand-in for `model.generate` that writes a fixed policy, so that the test knows what TRL must do.
+
+    Even rows call the calculator on the question's expression, then answer with its result (right);
+    odd rows answer 0 at once (wrong). Only sampling is scripted: TRL still scores these tokens with the
+    real model and updates it.
+    """
+
+    def generate(input_ids, attention_mask, **kwargs):
+        replies = []
+        for row, (ids, mask) in enumerate(zip(input_ids, attention_mask, strict=True)):
+            text = tokenizer.decode(ids[mask.bool()])
+            if results := TOOL_RESULT.findall(text):
+                reply = f"<answer>{results[-1]}</answer><|im_end|>"
+            elif row % 2 == 0:
+                call = {"name": "calculator", "arguments": {"expression": EXPRESSION.findall(text)[-1]}}
+                reply = f"<tool_call>\n{json.dumps(call)}\n</tool_call><|im_end|>"
+            else:
+                reply = "<answer>0</answer><|im_end|>"
+            replies.append(tokenizer(reply, add_special_tokens=False)["input_ids"])
+        width = max(map(len, replies))
+        new = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in replies])
+        return torch.cat([input_ids, new.to(input_ids.device)], dim=1)
+
+    return generate
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_trl_runs_our_tool_env_through_environment_factory(tmp_path):
+    model, tokenizer = tiny_policy(seed=0)
+    model.generate = scripted_generate(tokenizer)
+    env = ArithmeticEnv(instructions="Use the calculator.")  # with the calculator
+    tasks = read_jsonl(DATA_DIR / "small_arithmetic_train.jsonl")[:8]
+    seen = []
+
+    def record(prompts, completions, environments, **kwargs):
+        seen.append((completions, [dict(e.task) for e in environments], [list(e.calls) for e in environments]))
+        return [0.0] * len(completions)
+
+    otc = with_environment_tool_calls(as_trl_reward(otc_reward, "otc", group_size=4))
+    # one prompt per step: on CPU TRL scores every position of prompt (≈300 tokens with the tool schema) and
+    # completion against the whole vocabulary, so each sample costs seconds
+    config = GRPOConfig(steps=2, prompts_per_step=1, group_size=4, lr=1e-3, progress=False,
+                        rollout=RolloutConfig(max_turns=3, max_new_tokens=40, progress=False))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = trl_trainer(model, tokenizer, env, tasks, [correctness_reward, otc, record], config, str(tmp_path),
+                          reward_weights=[1.0, 1.0, 0.0], use_cpu=True)
+    trainer.train()
+
+    assert len(seen) == 2
+    for completions, reset_with, calls in seen:
+        for row, (completion, task, made) in enumerate(zip(completions, reset_with, calls, strict=True)):
+            assert task in tasks  # reset with the dataset row's task fields (TRL's `prompt` removed)
+            if row % 2 == 0:  # the scripted call reached this rollout's environment and ran on its task
+                assert made == [{"name": "calculator", "arguments": {"expression": task["expression"]},
+                                 "observation": task["answer"]}]
+                assert [m["role"] for m in completion] == ["assistant", "tool", "assistant"]
+                assert completion[-1]["content"] == f"<answer>{task['answer']}</answer>"
+            else:
+                assert made == [] and [m["role"] for m in completion] == ["assistant"]
+    rows = trl_history(trainer.state.log_history)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # half of each group calls the tool once and is right: both rewards read that
+        assert r["rewards/correctness_reward/mean"] == 0.5 and r["rewards/otc/mean"] == 0.5
+        assert r["tools/call_frequency"] == 0.5 and r["frac_reward_zero_std"] == 0.0
     changed = [n for n, p in model.named_parameters() if not p.detach().equal(before[n])]
     assert changed, "TRL's optimizer step did not change the model"
