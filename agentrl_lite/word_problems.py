@@ -22,6 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl_lite.chat import ToolCall, format_tool_call
+from agentrl_lite.episode import Episode
+from agentrl_lite.rewards import tool_productivity
+from agentrl_lite.rollout import RolloutConfig, rollout
+from agentrl_lite.tools import calculator
 
 NAMES = ["Maya", "Omar", "Lena", "Kofi", "Ines", "Ravi", "Yuki", "Tomas", "Amara", "Chen", "Sofia", "Jonas"]
 
@@ -73,9 +77,8 @@ SFT_TEMPLATES = ("change", "two_packs", "savings", "trip")
 
 
 def _evaluate(expression: str) -> int:
-    left, op, right = expression.split()
-    a, b = int(left), int(right)
-    return a * b if op == "*" else a + b if op == "+" else a - b
+    """A plan step's value, computed by the same calculator the policy calls."""
+    return int(calculator(expression))
 
 
 def make_task(template: Template, rng: random.Random) -> dict[str, Any]:
@@ -116,7 +119,7 @@ def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     messages = [{"role": "user", "content": task["question"]}]
     for expression in task["steps"]:
         messages.append({"role": "assistant", "content": format_tool_call(ToolCall("calculator", {"expression": expression}))})
-        messages.append({"role": "tool", "content": str(_evaluate(expression))})
+        messages.append({"role": "tool", "content": calculator(expression)})
     messages.append({"role": "assistant", "content": f"<answer>{task['answer']}</answer>"})
     return messages
 
@@ -130,3 +133,51 @@ def word_problem_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], l
     sft_tasks = word_problem_tasks(48, seed=33, templates=SFT_TEMPLATES, exclude=seen, prefix="wp-sft")
     demos = [{**t, "messages": demonstration(t)} for t in sft_tasks]
     return train, heldout, demos
+
+
+@dataclass
+class WordProblemReport:
+    """Greedy evaluation of a policy on word problems (see `evaluate_word_problems`)."""
+
+    correct: list[float]
+    """(n,) 1.0 where the `<answer>` holds the right number"""
+    tool_calls: list[int]
+    """(n,) calculator calls made per problem"""
+    templates: list[str]
+    """(n,) the template of each problem"""
+    episodes: list[Episode]
+
+    @property
+    def accuracy(self) -> float:
+        return sum(self.correct) / max(1, len(self.correct))
+
+    @property
+    def calls_per_problem(self) -> float:
+        return sum(self.tool_calls) / max(1, len(self.tool_calls))
+
+    @property
+    def by_template(self) -> dict[str, float]:
+        """accuracy per template, in the order of `TEMPLATES`"""
+        keys = [t.key for t in TEMPLATES if t.key in self.templates]
+        return {k: sum(c for c, t in zip(self.correct, self.templates, strict=True) if t == k)
+                / self.templates.count(k) for k in keys}
+
+    @property
+    def stop_reasons(self) -> dict[str, int]:
+        reasons = [ep.stop_reason for ep in self.episodes]
+        return {r: reasons.count(r) for r in ("answer", "no_answer", "max_turns", "max_tokens") if r in reasons}
+
+    def metrics(self) -> dict[str, Any]:
+        return {"n": len(self.correct), "accuracy": self.accuracy, "calls_per_problem": self.calls_per_problem,
+                "tool_productivity": tool_productivity(self.correct, self.tool_calls),
+                "by_template": self.by_template, "stop_reasons": self.stop_reasons}
+
+
+def evaluate_word_problems(model: Any, tokenizer: Any, env: Any, tasks: list[dict[str, Any]],
+                           config: RolloutConfig) -> WordProblemReport:
+    """Run `model` once per task through `env` (its prompt, tools and scoring) and tally accuracy, calls per
+    problem and accuracy per template. Use a greedy `config` (temperature 0) for a held-out number."""
+    episodes = rollout(model, tokenizer, [env.prompt(t) for t in tasks], env.make_toolbox, config, tasks)
+    scores = [env.score(ep) for ep in episodes]
+    return WordProblemReport(correct=[s["correct"] for s in scores], tool_calls=[int(s["tool_calls"]) for s in scores],
+                             templates=[t["template"] for t in tasks], episodes=episodes)

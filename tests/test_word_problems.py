@@ -62,3 +62,32 @@ def test_sft_covers_only_some_templates_and_splits_are_disjoint(splits):
 def test_unknown_template_is_a_clear_error():
     with pytest.raises(ValueError, match="no template"):
         word_problem_tasks(3, seed=0, templates=("nope",))
+
+
+def test_report_tallies_accuracy_calls_and_templates():
+    from agentrl_lite.episode import Episode
+    from agentrl_lite.word_problems import WordProblemReport
+
+    episodes = [Episode(prompt=[], stop_reason=r) for r in ("answer", "answer", "max_tokens", "answer")]
+    report = WordProblemReport(correct=[1.0, 0.0, 0.0, 1.0], tool_calls=[2, 1, 0, 3],
+                               templates=["crates", "change", "change", "crates"], episodes=episodes)
+    metrics = report.metrics()
+    assert metrics["accuracy"] == 0.5 and metrics["calls_per_problem"] == 1.5
+    assert list(metrics["by_template"].items()) == [("change", 0.0), ("crates", 1.0)]  # in TEMPLATES order
+    assert metrics["tool_productivity"] == 2 / 6
+    assert metrics["stop_reasons"] == {"answer": 3, "max_tokens": 1}
+
+
+def test_evaluate_word_problems_scores_through_the_environment():
+    from agentrl_lite.envs import ArithmeticEnv
+    from agentrl_lite.models import tiny_policy
+    from agentrl_lite.rollout import RolloutConfig
+    from agentrl_lite.word_problems import evaluate_word_problems
+
+    model, tokenizer = tiny_policy()
+    tasks = word_problem_tasks(3, seed=0)
+    report = evaluate_word_problems(model, tokenizer, ArithmeticEnv(), tasks,
+                                    RolloutConfig(max_turns=2, max_new_tokens=4, temperature=0.0, progress=False))
+    assert [ep.metadata["answer"] for ep in report.episodes] == [t["answer"] for t in tasks]
+    assert report.correct == [0.0, 0.0, 0.0] and report.templates == [t["template"] for t in tasks]
+    assert sum(report.stop_reasons.values()) == 3
