@@ -157,10 +157,18 @@ class WordProblemReport:
 
     @property
     def by_template(self) -> dict[str, float]:
-        """accuracy per template, in the order of `TEMPLATES`"""
-        keys = [t.key for t in TEMPLATES if t.key in self.templates]
+        """accuracy per template: `TEMPLATES` order first, then other labels (e.g. "small", "large" in lesson
+        07) in order of first appearance"""
+        known = [t.key for t in TEMPLATES if t.key in self.templates]
+        keys = known + [k for k in dict.fromkeys(self.templates) if k not in known]
         return {k: sum(c for c, t in zip(self.correct, self.templates, strict=True) if t == k)
                 / self.templates.count(k) for k in keys}
+
+    @property
+    def calls_by_template(self) -> dict[str, float]:
+        """calculator calls per problem, per template (same order as `by_template`)"""
+        return {k: sum(m for m, t in zip(self.tool_calls, self.templates, strict=True) if t == k)
+                / self.templates.count(k) for k in self.by_template}
 
     @property
     def stop_reasons(self) -> dict[str, int]:
@@ -170,7 +178,8 @@ class WordProblemReport:
     def metrics(self) -> dict[str, Any]:
         return {"n": len(self.correct), "accuracy": self.accuracy, "calls_per_problem": self.calls_per_problem,
                 "tool_productivity": tool_productivity(self.correct, self.tool_calls),
-                "by_template": self.by_template, "stop_reasons": self.stop_reasons}
+                "by_template": self.by_template, "calls_by_template": self.calls_by_template,
+                "stop_reasons": self.stop_reasons}
 
 
 def evaluate_word_problems(model: Any, tokenizer: Any, env: Any, tasks: list[dict[str, Any]],
@@ -181,3 +190,31 @@ def evaluate_word_problems(model: Any, tokenizer: Any, env: Any, tasks: list[dic
     scores = [env.score(ep) for ep in episodes]
     return WordProblemReport(correct=[s["correct"] for s in scores], tool_calls=[int(s["tool_calls"]) for s in scores],
                              templates=[t["template"] for t in tasks], episodes=episodes)
+
+
+def plan_step_rewards(episode: Episode, weight: float = 0.25) -> list[float]:
+    """A process reward for lesson 08: one reward per model turn of a word-problem episode.
+
+    Model turn t earns `weight` when it makes exactly one calculator call whose value equals the value of
+    plan step t (`episode.metadata["steps"]`), i.e. the turn computed what the plan computes at that point;
+    every other turn (a wrong or extra call, several calls at once, the answer turn) earns 0. The values are
+    compared, not the expressions, so `17 * 23` and `23*17` both count. Use it as `GRPOTrainer(turn_rewards=
+    plan_step_rewards)` for turn-level credit, or sum it per episode for a trajectory-level reward.
+    """
+    values = [calculator(step) for step in episode.metadata["steps"]]
+    rewards = []
+    for t, turn in enumerate(episode.model_turns):
+        earned = 0.0
+        if t < len(values) and len(turn.tool_calls) == 1:
+            expression = (turn.tool_calls[0].get("arguments") or {}).get("expression")
+            if isinstance(expression, str) and calculator(expression) == values[t]:
+                earned = weight
+        rewards.append(earned)
+    return rewards
+
+
+def plan_step_reward(prompts: list[Any], completions: list[Any], *, episodes: list[Episode],
+                     weight: float = 0.25, **kwargs: Any) -> list[float | None]:
+    """`plan_step_rewards` summed per episode, as a reward function for `GRPOTrainer` (which passes the
+    `episodes`): the same process reward, credited to the whole trajectory."""
+    return [float(sum(plan_step_rewards(ep, weight))) for ep in episodes]

@@ -76,6 +76,17 @@ def test_report_tallies_accuracy_calls_and_templates():
     assert list(metrics["by_template"].items()) == [("change", 0.0), ("crates", 1.0)]  # in TEMPLATES order
     assert metrics["tool_productivity"] == 2 / 6
     assert metrics["stop_reasons"] == {"answer": 3, "max_tokens": 1}
+    assert metrics["calls_by_template"] == {"change": 0.5, "crates": 2.5}
+
+
+def test_report_keeps_labels_outside_the_templates_in_order_of_appearance():
+    from agentrl_lite.episode import Episode
+    from agentrl_lite.word_problems import WordProblemReport
+
+    report = WordProblemReport(correct=[1.0, 0.0, 1.0, 1.0], tool_calls=[0, 1, 1, 1],
+                               templates=["small", "large", "small", "change"], episodes=[Episode(prompt=[])] * 4)
+    assert list(report.by_template.items()) == [("change", 1.0), ("small", 1.0), ("large", 0.0)]
+    assert report.calls_by_template == {"change": 1.0, "small": 0.5, "large": 1.0}
 
 
 def test_evaluate_word_problems_scores_through_the_environment():
@@ -91,3 +102,32 @@ def test_evaluate_word_problems_scores_through_the_environment():
     assert [ep.metadata["answer"] for ep in report.episodes] == [t["answer"] for t in tasks]
     assert report.correct == [0.0, 0.0, 0.0] and report.templates == [t["template"] for t in tasks]
     assert sum(report.stop_reasons.values()) == 3
+
+
+def _episode_with_calls(task, contents):
+    from agentrl_lite.chat import parse_tool_calls
+    from agentrl_lite.episode import Episode, Turn
+
+    turns = [Turn("prompt", 0, 1, "")]
+    for content in contents:
+        calls = [c.to_dict() for c in parse_tool_calls(content).calls]
+        turns.append(Turn("model", 0, 1, content, content=content, tool_calls=calls))
+        turns.append(Turn("tool", 0, 1, ""))
+    return Episode(prompt=[], turns=turns[:-1], metadata=task)
+
+
+def test_plan_step_rewards_credit_each_turn_that_computes_its_plan_step():
+    from agentrl_lite.word_problems import TEMPLATES, make_task, plan_step_reward, plan_step_rewards
+    import random
+
+    task = make_task(next(t for t in TEMPLATES if t.key == "change"), random.Random(0))
+    first, second = task["steps"]
+    a, b = first.split(" * ")
+    call = lambda e: f'<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{e}"}}}}\n</tool_call>'
+    right = _episode_with_calls(task, [call(f"{b}*{a}"), call(second), f"<answer>{task['answer']}</answer>"])
+    assert plan_step_rewards(right) == [0.25, 0.25, 0.0]  # operands swapped still computes step 0's value
+    wrong_first = _episode_with_calls(task, [call(f"{a} + {b}"), call(second), "<answer>1</answer>"])
+    assert plan_step_rewards(wrong_first, weight=1.0) == [0.0, 1.0, 0.0]
+    broken = _episode_with_calls(task, ["no call here", call("1 / 0"), '<tool_call>\n{"name": "calculator"}\n</tool_call>'])
+    assert plan_step_rewards(broken) == [0.0, 0.0, 0.0]  # prose, an error value, a call without arguments
+    assert plan_step_reward([None] * 2, [None] * 2, episodes=[right, wrong_first]) == [0.5, 0.25]
