@@ -78,6 +78,11 @@ class GRPOConfig:
     """with dynamic sampling: at most this many extra rounds of sampling per step"""
     mask_truncated_completions: bool = False
     """exclude episodes cut by a token budget from the loss (DAPO's overlong filtering)"""
+    skip_empty_updates: bool = False
+    """skip the optimizer step when no token of the batch has a non-zero advantage (every group without reward
+    spread, or filtered out) and beta = 0. The gradient is then exactly zero, but AdamW still moves: its
+    momentum replays the last real update at nearly full size for several steps (TRL steps anyway, hence the
+    default). Skipped steps log update_skipped = 1 and no loss, entropy or grad_norm"""
     filter_void_turns: bool = False
     """exclude episodes containing a void turn (neither a complete tool call nor an answer, see
     `episode.is_void_turn`) from the loss (SimpleTIR); without tools this drops every reply lacking <answer>"""
@@ -346,6 +351,10 @@ class GRPOTrainer:
         total_tokens = max(1, sum(sum(m) for m in masks))
         token_normalised = c.loss_type in ("dapo", "bnpo")
         sums: dict[str, float] = {}
+        if c.skip_empty_updates and c.beta == 0 and not any(
+            bool((advantages[i] != 0).any()) for i, m in enumerate(masks) if any(m)
+        ):
+            return {"update_skipped": 1.0}  # zero gradient: an AdamW step would only replay its momentum
         self.model.train()
         for _ in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
@@ -386,7 +395,7 @@ class GRPOTrainer:
             self.optimizer.step()
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm.item() / c.num_iterations
         self.model.eval()
-        return sums
+        return {**sums, "update_skipped": 0.0}
 
     def reference_logprobs(self, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():

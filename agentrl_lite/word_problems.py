@@ -218,3 +218,32 @@ def plan_step_reward(prompts: list[Any], completions: list[Any], *, episodes: li
     """`plan_step_rewards` summed per episode, as a reward function for `GRPOTrainer` (which passes the
     `episodes`): the same process reward, credited to the whole trajectory."""
     return [float(sum(plan_step_rewards(ep, weight))) for ep in episodes]
+
+
+def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int = 2
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The splits of lessons 06 and 08, read from `data/`: (RL training problems, held-out problems,
+    demonstrations), restricted to templates whose plan has at most `max_steps` calls.
+
+    extra_demos: template → how many of its RL training problems become demonstrations (they leave the RL
+        set), on top of the demonstrations in `data/word_problems_sft.jsonl`, which cover only
+        `SFT_TEMPLATES`. Default {"crates": 8}: lessons 06 and 08 demonstrate change, savings and crates,
+        and keep stickers as the template no demonstration shows.
+    """
+    from agentrl_lite.data import DATA_DIR, read_jsonl  # lazy: data imports this module to generate files
+
+    extra_demos = {"crates": 8} if extra_demos is None else extra_demos
+    keep = lambda rows: [r for r in rows if len(r["steps"]) <= max_steps]  # noqa: E731
+    train = keep(read_jsonl(DATA_DIR / "word_problems_train.jsonl"))
+    heldout = keep(read_jsonl(DATA_DIR / "word_problems_heldout.jsonl"))
+    demos = keep(read_jsonl(DATA_DIR / "word_problems_sft.jsonl"))
+    moved: list[dict[str, Any]] = []
+    for template, n in extra_demos.items():
+        pool = [t for t in train if t["template"] == template]
+        if len(pool) < n:
+            raise ValueError(f"cold_start_split: {len(pool)} training problems of {template!r}, {n} requested.")
+        moved += pool[:n]
+    ids = {t["id"] for t in moved}
+    train = [t for t in train if t["id"] not in ids]
+    demos += [{**t, "messages": demonstration(t)} for t in moved]
+    return train, heldout, demos

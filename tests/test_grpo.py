@@ -261,3 +261,19 @@ def test_turn_rewards_add_to_the_episode_reward_at_the_last_turn(tmp_path):
         trainer.turn_reward_table(SIBLINGS, torch.zeros(4))
     with pytest.raises(ValueError, match="credit="):
         make_trainer(tmp_path, credit="per_token")
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_a_batch_without_signal_moves_adam_only_when_not_skipped(tmp_path, skip):
+    trainer = make_trainer(tmp_path, skip_empty_updates=skip)
+    episodes = trainer.sample_groups(trainer.next_tasks(2))
+    signal = torch.tensor([1.0, -1.0, 0.5, -0.5] * 2)
+    assert trainer.update(episodes, signal)["update_skipped"] == 0.0
+    before = params(trainer.model)
+    metrics = trainer.update(episodes, torch.zeros(8))  # e.g. every group without reward spread
+    after = params(trainer.model)
+    moved = any(not torch.equal(before[n], after[n]) for n in before)
+    if skip:
+        assert metrics == {"update_skipped": 1.0} and not moved
+    else:  # the zero gradient still lets AdamW's momentum replay the previous update
+        assert metrics["update_skipped"] == 0.0 and metrics["grad_norm"] == 0.0 and moved
