@@ -156,19 +156,25 @@ class WordProblemReport:
         return sum(self.tool_calls) / max(1, len(self.tool_calls))
 
     @property
-    def by_template(self) -> dict[str, float]:
-        """accuracy per template: `TEMPLATES` order first, then other labels (e.g. "small", "large" in lesson
+    def labels(self) -> list[str]:
+        """the distinct templates: `TEMPLATES` order first, then other labels (e.g. "small", "large" in lesson
         07) in order of first appearance"""
         known = [t.key for t in TEMPLATES if t.key in self.templates]
-        keys = known + [k for k in dict.fromkeys(self.templates) if k not in known]
-        return {k: sum(c for c, t in zip(self.correct, self.templates, strict=True) if t == k)
-                / self.templates.count(k) for k in keys}
+        return known + [k for k in dict.fromkeys(self.templates) if k not in known]
+
+    def _mean_by_label(self, values: list[float] | list[int]) -> dict[str, float]:
+        return {k: sum(v for v, t in zip(values, self.templates, strict=True) if t == k) / self.templates.count(k)
+                for k in self.labels}
+
+    @property
+    def by_template(self) -> dict[str, float]:
+        """accuracy per template, in the order of `labels`"""
+        return self._mean_by_label(self.correct)
 
     @property
     def calls_by_template(self) -> dict[str, float]:
-        """calculator calls per problem, per template (same order as `by_template`)"""
-        return {k: sum(m for m, t in zip(self.tool_calls, self.templates, strict=True) if t == k)
-                / self.templates.count(k) for k in self.by_template}
+        """calculator calls per problem, per template, in the order of `labels`"""
+        return self._mean_by_label(self.tool_calls)
 
     @property
     def stop_reasons(self) -> dict[str, int]:
@@ -233,7 +239,10 @@ def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int =
     from agentrl_lite.data import DATA_DIR, read_jsonl  # lazy: data imports this module to generate files
 
     extra_demos = {"crates": 8} if extra_demos is None else extra_demos
-    keep = lambda rows: [r for r in rows if len(r["steps"]) <= max_steps]  # noqa: E731
+
+    def keep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in rows if len(r["steps"]) <= max_steps]
+
     train = keep(read_jsonl(DATA_DIR / "word_problems_train.jsonl"))
     heldout = keep(read_jsonl(DATA_DIR / "word_problems_heldout.jsonl"))
     demos = keep(read_jsonl(DATA_DIR / "word_problems_sft.jsonl"))
