@@ -2,6 +2,7 @@
 
 Two kinds of looking, both needed to trust an RL run:
 - curves (`plot_curves`, `plot_bars`, `plot_token_probs`) say *whether* the numbers move;
+- tables (`markdown_table`, `show_table`) put the numbers of several runs side by side;
 - trajectories (`episode_html`, `show_episode`, `trajectory_viewer`) say *why*: what the policy wrote
   (green), what the tools answered (orange), and how sure the policy was of each token it sampled.
 
@@ -179,6 +180,25 @@ def episode_html(
         f" &nbsp; {legend}</div>"
         f'<div style="white-space:pre-wrap;font-family:monospace;line-height:1.5">{"".join(body)}</div></div>'
     )
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], digits: int = 3) -> str:
+    """A list of dicts (one per row, the first row's keys as columns) as a Markdown table: floats rounded to
+    `digits`, newlines shown as ⏎ and pipes escaped so a cell never breaks the table."""
+    columns = list(rows[0])
+
+    def cell(value: Any) -> str:
+        return f"{value:.{digits}f}" if isinstance(value, float) else str(value).replace("\n", "⏎").replace("|", "\\|")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows])
+
+
+def show_table(rows: Sequence[dict[str, Any]], digits: int = 3) -> None:
+    """Display `markdown_table(rows, digits)` in the notebook."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(markdown_table(rows, digits)))
 
 
 def show_episode(episode: Episode, tokenizer: Any, **kw: Any) -> None:

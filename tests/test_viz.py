@@ -219,3 +219,10 @@ def test_trajectory_viewer_falls_back_to_html_without_widgets(tokenizer, monkeyp
     assert viewer._repr_mimebundle_() == {"text/html": episode_html(episodes[0], tokenizer)}
     with pytest.raises(ValueError, match="at least one episode"):
         trajectory_viewer([], tokenizer)
+
+
+def test_markdown_table_rounds_floats_and_keeps_cells_on_one_line():
+    from agentrl_lite.viz import markdown_table
+
+    table = markdown_table([{"run": "a|b", "acc": 0.71875, "n": 32}, {"run": "two\nlines", "acc": 1.0, "n": 4}], digits=2)
+    assert table.splitlines() == ["| run | acc | n |", "|---|---|---|", "| a\\|b | 0.72 | 32 |", "| two⏎lines | 1.00 | 4 |"]
