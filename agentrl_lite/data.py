@@ -75,6 +75,31 @@ def small_arithmetic_tasks() -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     return rows[:cut], rows[cut:]
 
 
+IDENTITY_FORMS = ("{a} * 1", "1 * {a}", "{a} + 0", "0 + {a}", "{a} - 0")
+
+
+def identity_arithmetic_tasks(n_train: int = 256, n_heldout: int = 64,
+                              seed: int = 7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Questions that look like the hard ones but need no tool: `487 * 1`, `0 + 652`, `913 - 0` (lesson 07).
+
+    The operand has 2–3 digits, like the chains of `arithmetic_tasks`, so a policy cannot tell the two kinds
+    apart by the size of the numbers; the answer is the operand itself, which even the embedded model can
+    copy without a calculator (lesson 07 measures how often it does). Distinct questions, split into train
+    and held-out.
+    """
+    rng = random.Random(seed)
+    seen, rows = set(), []
+    while len(rows) < n_train + n_heldout:
+        a = rng.randint(10, 999)
+        expression = rng.choice(IDENTITY_FORMS).format(a=a)
+        if expression in seen:
+            continue
+        seen.add(expression)
+        rows.append({"question": f"What is {expression}?", "expression": expression, "answer": str(a)})
+    rows = [{"id": f"identity-{i:03d}", **row} for i, row in enumerate(rows)]
+    return rows[:n_train], rows[n_train:]
+
+
 def calculator_demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     """A correct tool-use conversation for one task (without the system prompt): call, result, answer.
 
@@ -130,6 +155,7 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
     demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
     small_train, small_heldout = small_arithmetic_tasks()
+    identity_train, identity_heldout = identity_arithmetic_tasks()
     calls_train, calls_heldout, calls_sft = function_calling_splits()
     words_train, words_heldout, words_sft = word_problem_splits()
     files = {
@@ -138,6 +164,8 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
         "arithmetic_sft.jsonl": demos,
         "small_arithmetic_train.jsonl": small_train,
         "small_arithmetic_heldout.jsonl": small_heldout,
+        "identity_arithmetic_train.jsonl": identity_train,
+        "identity_arithmetic_heldout.jsonl": identity_heldout,
         "toolcall_train.jsonl": calls_train,
         "toolcall_heldout.jsonl": calls_heldout,
         "toolcall_sft.jsonl": calls_sft,

@@ -35,3 +35,13 @@ def test_small_arithmetic_split_is_disjoint_complete_and_right():
     assert len(heldout) == 76 and not ({t["question"] for t in train} & {t["question"] for t in heldout})
     for task in train + heldout:
         assert calculator(task["expression"]) == task["answer"], task
+
+
+def test_identity_questions_are_distinct_disjoint_and_right():
+    train = read_jsonl(DATA_DIR / "identity_arithmetic_train.jsonl")
+    heldout = read_jsonl(DATA_DIR / "identity_arithmetic_heldout.jsonl")
+    questions = [t["question"] for t in train + heldout]
+    assert (len(train), len(heldout)) == (256, 64) and len(questions) == len(set(questions))
+    for task in train + heldout:
+        assert calculator(task["expression"]) == task["answer"], task
+        assert task["answer"] in task["expression"].split(), task  # the answer is written in the question
