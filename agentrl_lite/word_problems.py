@@ -157,7 +157,7 @@ class WordProblemReport:
 
     @property
     def labels(self) -> list[str]:
-        """the distinct templates: `TEMPLATES` order first, then other labels (e.g. "small", "large" in lesson
+        """the distinct templates: `TEMPLATES` order first, then other labels (e.g. "easy", "hard" in lesson
         07) in order of first appearance"""
         known = [t.key for t in TEMPLATES if t.key in self.templates]
         return known + [k for k in dict.fromkeys(self.templates) if k not in known]

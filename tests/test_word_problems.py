@@ -117,13 +117,15 @@ def _episode_with_calls(task, contents):
 
 
 def test_plan_step_rewards_credit_each_turn_that_computes_its_plan_step():
-    from agentrl_lite.word_problems import TEMPLATES, make_task, plan_step_reward, plan_step_rewards
     import random
+
+    from agentrl_lite.word_problems import TEMPLATES, make_task, plan_step_reward, plan_step_rewards
 
     task = make_task(next(t for t in TEMPLATES if t.key == "change"), random.Random(0))
     first, second = task["steps"]
     a, b = first.split(" * ")
-    call = lambda e: f'<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{e}"}}}}\n</tool_call>'
+    def call(e):
+        return f'<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{e}"}}}}\n</tool_call>'
     right = _episode_with_calls(task, [call(f"{b}*{a}"), call(second), f"<answer>{task['answer']}</answer>"])
     assert plan_step_rewards(right) == [0.25, 0.25, 0.0]  # operands swapped still computes step 0's value
     wrong_first = _episode_with_calls(task, [call(f"{a} + {b}"), call(second), "<answer>1</answer>"])
