@@ -59,8 +59,16 @@ def results_dir(profile: str) -> Path:
 
 
 def current_command() -> str:
-    """The command that produced this run: AGENTRL_COMMAND if a runner set it, else this process's argv."""
-    return os.environ.get("AGENTRL_COMMAND") or " ".join(shlex.quote(a) for a in sys.argv)
+    """The command that produced this run: AGENTRL_COMMAND if a runner set it, else this process's argv.
+
+    Inside a Jupyter kernel started by hand (JupyterLab, or papermill without AGENTRL_COMMAND) argv is only the
+    kernel launcher's, which nobody can re-run; the record then says so instead.
+    """
+    if os.environ.get("AGENTRL_COMMAND"):
+        return os.environ["AGENTRL_COMMAND"]
+    if sys.argv and "ipykernel" in Path(sys.argv[0]).name:
+        return "interactive Jupyter kernel (no command line): the notebook run top to bottom"
+    return " ".join(shlex.quote(a) for a in sys.argv)
 
 
 def write_results(

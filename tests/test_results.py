@@ -1,0 +1,44 @@
+"""Committed results files carry their provenance (COURSE.md §7): every number quoted in a notebook, the
+README or a note must be traceable to a run whose profile, model, device, seed and command are recorded."""
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+COMMITTED = sorted(RESULTS.glob("*.json"))  # results/smoke/ is git-ignored: smoke runs are never quoted
+
+
+def test_there_are_committed_results():
+    assert len(COMMITTED) >= 9, f"expected one results file per lesson 00–08 in {RESULTS}"
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_results_file_records_its_run(path):
+    record = json.loads(path.read_text())
+    missing = {"profile", "model", "device", "seed", "command", "date", "metrics"} - set(record)
+    assert not missing, f"{path.name} lacks {sorted(missing)}"
+    assert record["profile"] in ("cpu", "gpu"), f"{path.name}: only cpu/gpu runs are committed, not {record['profile']!r}"
+    assert isinstance(record["seed"], int), f"{path.name}: seed must be an int"
+    for key in ("model", "device", "command"):
+        assert isinstance(record[key], str) and record[key].strip(), f"{path.name}: empty {key}"
+    # a command that cannot be re-run (e.g. the ipykernel launcher's argv) is not a provenance record
+    assert "ipykernel" not in record["command"], f"{path.name}: command is a kernel's argv: {record['command']!r}"
+    dt.datetime.fromisoformat(record["date"])
+    assert isinstance(record["metrics"], dict) and record["metrics"], f"{path.name}: no metrics"
+    if "note" in record:
+        assert isinstance(record["note"], str) and len(record["note"]) > 20, f"{path.name}: the note says nothing"
+
+
+def test_a_kernel_run_does_not_record_the_kernels_argv(monkeypatch):
+    from agentrl_lite.utils import current_command
+
+    monkeypatch.delenv("AGENTRL_COMMAND", raising=False)
+    monkeypatch.setattr("sys.argv", ["/env/lib/python3.11/site-packages/ipykernel_launcher.py", "-f", "/tmp/k.json"])
+    assert "ipykernel" not in current_command() and "interactive" in current_command()
+    monkeypatch.setattr("sys.argv", ["benchmarks/grpo_step.py", "--steps", "4"])
+    assert current_command() == "benchmarks/grpo_step.py --steps 4"
+    monkeypatch.setenv("AGENTRL_COMMAND", "make course PROFILE=cpu")
+    assert current_command() == "make course PROFILE=cpu"
