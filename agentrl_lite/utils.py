@@ -64,8 +64,8 @@ def current_command() -> str:
     Inside a Jupyter kernel started by hand (JupyterLab, or papermill without AGENTRL_COMMAND) argv is only the
     kernel launcher's, which nobody can re-run; the record then says so instead.
     """
-    if os.environ.get("AGENTRL_COMMAND"):
-        return os.environ["AGENTRL_COMMAND"]
+    if command := os.environ.get("AGENTRL_COMMAND"):
+        return command
     if sys.argv and "ipykernel" in Path(sys.argv[0]).name:
         return "interactive Jupyter kernel (no command line): the notebook run top to bottom"
     return " ".join(shlex.quote(a) for a in sys.argv)
