@@ -115,15 +115,20 @@ def calculator_demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Synthetic function-calling tasks (lesson 05): 480 for RL, 120 held out, and 64 SFT demonstrations
-    that cover only single-call requests (simple and multiple), so RL has parallel calls and abstention
-    left to learn. All three are disjoint by request text."""
+    """Synthetic function-calling tasks (lesson 05): 480 for RL, 120 held out, and 64 SFT demonstrations of
+    every category (irrelevance included, but only a few). All three are disjoint by request text.
+
+    The demonstrations show every category because GRPO can only reinforce what the policy already samples:
+    a cold start that never writes a second call gives parallel groups no spread in the number of calls
+    (lesson 05's probes, `results/05_probe_*.json`)."""
     from agentrl_lite.synthetic_calls import demonstration, function_calling_tasks
 
     train = function_calling_tasks(480, seed=21, prefix="fc-train")
     heldout = function_calling_tasks(120, seed=22, exclude={t["question"] for t in train}, prefix="fc-heldout")
     seen = {t["question"] for t in train + heldout}
-    sft_tasks = function_calling_tasks(64, seed=23, weights={"simple": 0.5, "multiple": 0.5}, exclude=seen,
+    sft_tasks = function_calling_tasks(64, seed=23, exclude=seen,
+                                       weights={"simple": .25, "multiple": .25, "parallel": .2,
+                                                "parallel_multiple": .2, "irrelevance": .1},
                                        prefix="fc-sft")
     demos = [{**t, "demonstration": demonstration(t)} for t in sft_tasks]
     return train, heldout, demos
