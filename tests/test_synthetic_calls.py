@@ -11,7 +11,7 @@ from agentrl_lite import rewards
 from agentrl_lite.chat import parse_tool_calls
 from agentrl_lite.data import DATA_DIR, read_jsonl
 from agentrl_lite.eval import bfcl
-from agentrl_lite.synthetic_calls import CATALOGUE, demonstration, function_calling_tasks
+from agentrl_lite.synthetic_calls import CATALOGUE, CATEGORY_WEIGHTS, demonstration, function_calling_tasks
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_splits_are_disjoint_and_sft_demonstrates_every_category(splits):
     assert not questions["train"] & questions["heldout"]
     assert not questions["sft"] & (questions["train"] | questions["heldout"])
     sft_categories = Counter(t["category"] for t in splits["sft"])
-    assert set(sft_categories) == {"simple", "multiple", "parallel", "parallel_multiple", "irrelevance"}
+    assert set(sft_categories) == set(CATEGORY_WEIGHTS)
     # a cold start, not the whole skill: abstaining is shown only a few times, so RL has it left to learn
     assert sft_categories["irrelevance"] <= len(splits["sft"]) // 10
     assert all(len(t["gold_calls"]) >= 2 for t in splits["sft"] if t["category"].startswith("parallel"))
