@@ -108,6 +108,14 @@ def count_tool_calls(completion: Completion) -> int:
     )
 
 
+def has_malformed_call(completion: Completion) -> bool:
+    """Whether any tool call the policy attempted is malformed (`count_tool_calls` counts attempts,
+    `predicted_calls` keeps only the well-formed ones). ToolRL gives such an output the lowest correctness
+    score and BFCL's checker rejects it whole ("decoder failed"), so the tool-call rewards do too: otherwise a
+    reply that hedges with a broken call next to a right one would be paid in full."""
+    return count_tool_calls(completion) != len(predicted_calls(completion))
+
+
 def _column(name: str, values: Sequence[Any] | None, n: int, reward: str) -> Sequence[Any]:
     """A per-sample keyword column, checked: a clear error when the dataset lacks it or it is misaligned."""
     if values is None:
@@ -370,11 +378,12 @@ def tool_call_reward(
     The paper's total is R_format + R_correct ∈ [−3, 4]; compose with a format reward via `weighted_sum`.
 
     Conventions: no gold and no predicted calls is a perfect abstention (+3); calls where none were expected
-    score −3; values compare as JSON values (`"17*23"` ≠ `"17 * 23"`). A gold entry of None → None.
+    score −3; a completion with any malformed call scores −3, as in ToolRL's code (see `has_malformed_call`);
+    values compare as JSON values (`"17*23"` ≠ `"17 * 23"`). A gold entry of None → None.
     """
     gold = _column("gold_calls", gold_calls, len(completions), "tool_call_reward")
     return [
-        None if g is None else tool_call_match(predicted_calls(c), g)["reward"]
+        None if g is None else -3.0 if has_malformed_call(c) else tool_call_match(predicted_calls(c), g)["reward"]
         for c, g in zip(completions, gold, strict=True)
     ]
 
@@ -390,7 +399,8 @@ def exact_match_tool_reward(
     **kwargs: Any,
 ) -> list[float | None]:
     """Coarse tool-call reward: 1.0 when the predicted calls equal the gold calls exactly (same multiset of
-    name + arguments, order ignored), else 0.0. None where the gold calls are None.
+    name + arguments, order ignored) and no attempted call is malformed, else 0.0. None where the gold calls
+    are None.
 
     ToolRL's coarse variant is the same test on its scale: +3 / −3, i.e. `6 * exact - 3`. A near miss (one
     wrong argument) earns nothing here, but partial credit from `tool_call_reward`.
@@ -398,7 +408,7 @@ def exact_match_tool_reward(
     gold = _column("gold_calls", gold_calls, len(completions), "exact_match_tool_reward")
     return [
         None if g is None
-        else float(Counter(map(_canonical, predicted_calls(c))) == Counter(map(_canonical, g)))
+        else float(not has_malformed_call(c) and Counter(map(_canonical, predicted_calls(c))) == Counter(map(_canonical, g)))
         for c, g in zip(completions, gold, strict=True)
     ]
 

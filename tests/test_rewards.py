@@ -174,6 +174,8 @@ def test_tool_call_reward_hand_worked():
         # no call, or only a malformed one: 0 → −3
         "<answer>391</answer>": -3.0,
         BROKEN_CALL: -3.0,
+        # a right call next to a malformed one: ToolRL's lowest score (BFCL rejects the whole output too)
+        CALL + BROKEN_CALL: -3.0,
         # another tool: names Jaccard 0, nothing matched → −3
         '<tool_call>{"name": "search", "arguments": {"expression": "17*23"}}</tool_call>': -3.0,
     }
@@ -217,6 +219,8 @@ def test_exact_match_is_all_or_nothing():
            '<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>'
     got = exact_match_tool_reward(["p"] * 4, [swapped, near, "", ""], gold_calls=[gold, gold, [], None])
     assert got == [1.0, 0.0, 1.0, None]
+    # the right call plus a malformed attempt is not an exact match (BFCL: "decoder failed")
+    assert exact_match_tool_reward(["p", "p"], [CALL, CALL + BROKEN_CALL], gold_calls=[[calc("17*23")]] * 2) == [1.0, 0.0]
     # the near miss gets partial credit from the fine reward: 1 + 2 + 1 = 4 of 5 → 1.8
     assert tool_call_reward(["p"], [near], gold_calls=[gold]) == pytest.approx([1.8])
 
