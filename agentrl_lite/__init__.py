@@ -1,9 +1,29 @@
 """agentrl_lite: reinforcement learning for tool-using LLM agents, small enough to read in an afternoon.
 
-Data flow, one module per stage: task (data, envs) → rollout → rewards → advantages → loss → update.
+The RL library, one module per pipeline stage, in the order data flows through them:
+
+    models      load a policy (the embedded SmolLM2, any Hugging Face id or path, LoRA)
+    chat        the chat format: render with the chat template, parse tool calls, read the answer
+    tools       Toolbox (the one tool interface), calculator, python — and sandbox, which runs python
+    episode     the record of one episode: token ids, log-probs, model_mask, turns
+    env         the Environment protocol: prompt, toolbox_for, score
+    rollout     batched multi-turn generation of episodes
+    rewards     TRL-signature reward functions; the one definition of a correct answer
+    advantages  group-relative and turn-level advantages
+    logprobs    per-token log-probabilities and entropy under the policy
+    loss        GRPO's clipped policy loss and its aggregations (equal to TRL's)
+    grpo        the trainer: rollout → reward → advantage → loss → update
+    sft         cold-start supervised fine-tuning
+    evaluate    held-out evaluation through an environment, one report per label
+    trl_bridge  the same environments and rewards inside TRL's GRPOTrainer
+    viz         plots and the trajectory viewer
+
+Task families live in `agentrl_lite.tasks` (arithmetic, word problems, function calls and BFCL), course
+tooling in `agentrl_lite.course` (profiles, results files, data files, exercises, runner, CLI).
 """
 
-from agentrl_lite.utils import resolve_profile, seed_everything, write_results
+from agentrl_lite.course.profiles import resolve_profile, seed_everything
+from agentrl_lite.course.results import write_results
 
 __version__ = "0.1.0"
 __all__ = ["resolve_profile", "seed_everything", "write_results", "__version__"]

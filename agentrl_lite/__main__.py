@@ -2,6 +2,6 @@
 
 import sys
 
-from agentrl_lite.cli import main
+from agentrl_lite.course.cli import main
 
 sys.exit(main())

@@ -1,4 +1,5 @@
-"""Reading a model turn: tool calls in the Hermes/Qwen2.5 format, and the final answer.
+"""The chat format (pipeline stage 1): rendering conversations with the chat template, reading a model
+turn's tool calls in the Hermes/Qwen2.5 format, and its final answer.
 
 The policy is a text generator, so "calling a tool" means writing a block like this, possibly several per
 turn, possibly with prose around them:
@@ -28,7 +29,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the parser itself needs no model library
+    from transformers import PreTrainedTokenizerBase
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -210,3 +214,43 @@ def format_tool_call(call: ToolCall) -> str:
     """
     payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
     return f"{OPEN}\n{payload}\n{CLOSE}"
+
+
+# --- the chat template ---------------------------------------------------------------------------------
+
+
+def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The token that closes an assistant turn (`<|im_end|>` in ChatML)."""
+    token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if token_id is None or token_id == tokenizer.unk_token_id:
+        token_id = tokenizer.eos_token_id
+    return token_id
+
+
+def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], tools: list[dict] | None, **kw: Any) -> str:
+    """The chat template as text (tools rendered into the system prompt)."""
+    return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, **kw)
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict], tools: list[dict] | None) -> list[int]:
+    text = render(tokenizer, messages, tools, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def environment_text(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict], results: list[str], tools: list[dict] | None
+) -> str:
+    """The text the environment inserts after a model turn: tool responses plus the next assistant header.
+
+    Derived from the chat template itself (render with and without the tool messages, take the
+    difference), so any prefix-preserving template works, not only ChatML. `messages` must end with
+    the assistant turn just sampled.
+    """
+    before = render(tokenizer, messages, tools)
+    after = render(tokenizer, messages + [{"role": "tool", "content": r} for r in results], tools,
+                   add_generation_prompt=True)
+    if not after.startswith(before):
+        raise ValueError("The chat template is not prefix-preserving; multi-turn rollouts need one that is.")
+    eos = tokenizer.decode([end_of_turn_id(tokenizer)])
+    tail = before[before.rindex(eos) + len(eos):]  # what the template adds after the model's end-of-turn
+    return tail + after[len(before):]

@@ -1,4 +1,5 @@
-"""The record of one agent episode: tokens in, tokens out.
+"""The episode (what the rollout stage produces and every later stage reads): the record of one agent
+episode, tokens in, tokens out.
 
 An episode is a single token sequence `prompt | model turn | tool turn | model turn | ...`. Every list
 below is aligned with `token_ids` (one entry per token), so the RL loss can use them directly:
@@ -111,7 +112,9 @@ class Episode:
 
     @property
     def completion_text(self) -> str:
-        """Everything after the prompt, as text (for reading and for text-based rewards only)."""
+        """Everything after the prompt as text, tool responses and special tokens included: for reading. Rewards
+        must not read it (a tool result would count as the policy's answer); they get the episode through
+        `rewards.reward_kwargs`, whose completions `rewards.completion_text` reads as the policy's text only."""
         return "".join(t.text for t in self.turns[1:])
 
     def messages(self) -> list[dict[str, Any]]:

@@ -1,9 +1,11 @@
-"""The GRPO trainer: rollout → reward → advantage → loss → update, one readable loop.
+"""The GRPO trainer (pipeline stage: all of them, in order): rollout → reward → advantage → loss → update,
+one readable loop over an `Environment`.
 
 Each step:
 1. draw `prompts_per_step` tasks and sample `group_size` episodes for each (the rollout engine, so
    single-turn and multi-turn tasks share one path);
-2. score every episode with the reward functions (TRL's signature) and sum them with their weights;
+2. score every episode with the reward functions (TRL's signature, called with `rewards.reward_kwargs`, the
+   arguments TRL would pass: a text reward reads only what the policy wrote) and sum them with their weights;
 3. turn rewards into group-relative advantages: is this episode better than its siblings? In a multi-turn
    episode `credit` decides which turns get the credit (every turn alike, discounted, or per state: GiGPO);
 4. optionally drop groups whose rewards have no spread (their advantages are all 0: no signal) and refill
@@ -23,31 +25,33 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agentrl_lite.episode import Episode
-from agentrl_lite.rl import (
-    LossConfig,
+from agentrl_lite.advantages import (
+    TurnRewardFunc,
     discounted_returns,
     discounted_turn_advantages,
+    frac_reward_zero_std,
     group_advantages,
-    policy_loss,
     step_group_advantages,
+    step_group_ids,
+    turn_reward_table,
     turn_token_advantages,
+    zero_std_groups,
 )
-from agentrl_lite.rollout import RolloutConfig, rollout
-from agentrl_lite.scoring import token_logprobs
-
-RewardFunc = Callable[..., list[float | None]]
-TurnRewardFunc = Callable[[Episode], Sequence[float]]
-CREDITS = ("broadcast", "discounted", "step_group")
+from agentrl_lite.choices import CREDITS, REPORT_TO, SCALE_REWARDS, check_choice
+from agentrl_lite.env import Environment
+from agentrl_lite.episode import Episode
+from agentrl_lite.logprobs import token_logprobs
+from agentrl_lite.loss import LossConfig, policy_loss
+from agentrl_lite.rewards import RewardFunc, reward_kwargs
+from agentrl_lite.rollout import RolloutConfig, rollout_env
 
 
 @dataclass
@@ -60,14 +64,9 @@ class GRPOConfig:
     """distinct tasks per step"""
     group_size: int = 8
     """episodes sampled per task; advantages compare siblings inside a group (TRL: num_generations)"""
-    loss_type: str = "dapo"
-    """grpo | dr_grpo | dapo | bnpo: how per-token losses are averaged (see agentrl_lite.rl)"""
-    epsilon: float = 0.2
-    """lower clip range of the importance ratio"""
-    epsilon_high: float | None = None
-    """upper clip range (DAPO clip-higher uses 0.28); None means equal to epsilon"""
-    beta: float = 0.0
-    """KL coefficient to the reference policy (k3 estimator); 0 needs no reference model (TRL's default)"""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """the policy loss: aggregation (loss_type), clip ranges, KL β, token or sequence ratios (GSPO); its
+    max_completion_length (dr_grpo's normaliser) defaults to the rollout's token budget"""
     num_iterations: int = 1
     """policy updates per batch of rollouts (μ in the GRPO paper); >1 makes the clipping matter"""
     scale_rewards: str = "group"
@@ -87,7 +86,7 @@ class GRPOConfig:
     """exclude episodes containing a void turn (neither a complete tool call nor an answer, see
     `episode.is_void_turn`) from the loss (SimpleTIR); without tools this drops every reply lacking <answer>"""
     credit: str = "broadcast"
-    """how the reward reaches the turns of an episode (see agentrl_lite.rl): "broadcast" puts the episode's
+    """how the reward reaches the turns of an episode (see agentrl_lite.advantages): "broadcast" puts the episode's
     advantage on every token; "discounted" gives each turn its discounted return against the group's episode
     returns (Kevin); "step_group" adds ω times the turn's return against sibling turns taken from the same
     state (identical tokens before the turn) to the episode's advantage (GiGPO)"""
@@ -120,16 +119,21 @@ class GRPOConfig:
     """also send each step's metrics to "tensorboard" (needs the tensorboard package; logs under output_dir)
     or "trackio" (needs trackio); None: the JSONL log and `history` only"""
 
+    def __post_init__(self) -> None:
+        check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        check_choice("credit", self.credit, CREDITS)
+        check_choice("report_to", self.report_to, REPORT_TO)
+
 
 class GRPOTrainer:
     """Group Relative Policy Optimisation for single- and multi-turn tool-using episodes.
 
     Args:
         model, tokenizer: the policy (a peft model trains its adapter only).
-        env: an environment with `prompt(task) -> messages` and `make_toolbox() -> Toolbox | None`, or
-            `toolbox_for(task)` when each task brings its own tools.
+        env: the `Environment` (prompt and tools per task; its `score` is for evaluation, not used here).
         tasks: the training tasks (dicts); their fields reach the reward functions as keyword lists.
-        reward_funcs: TRL-style `f(prompts, completions, **kwargs) -> list[float | None]`.
+        reward_funcs: TRL-style `f(prompts, completions, **kwargs) -> list[float | None]`, called with
+            `rewards.reward_kwargs(episodes)`.
         reward_weights: one weight per reward function (default 1.0 each).
         turn_rewards: optional per-turn rewards for credit "discounted" and "step_group": a function of an
             episode returning one reward per model turn, added to the episode reward (which the last turn
@@ -140,7 +144,7 @@ class GRPOTrainer:
         self,
         model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
-        env: Any,
+        env: Environment,
         tasks: Sequence[dict],
         reward_funcs: Sequence[RewardFunc],
         config: GRPOConfig | None = None,
@@ -153,22 +157,18 @@ class GRPOTrainer:
         self.turn_rewards = turn_rewards
         self.config = config or GRPOConfig()
         c = self.config
-        if c.credit not in CREDITS:
-            raise ValueError(f"credit={c.credit!r}: use one of {CREDITS}.")
-        self.loss_config = LossConfig(loss_type=c.loss_type, epsilon=c.epsilon, epsilon_high=c.epsilon_high,
-                                      beta=c.beta, max_completion_length=c.rollout.max_new_tokens * c.rollout.max_turns)
+        budget = c.rollout.max_new_tokens * c.rollout.max_turns
+        self.loss_config = replace(c.loss, max_completion_length=c.loss.max_completion_length or budget)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=c.lr, weight_decay=c.weight_decay)
         self.reference = None
-        if c.beta > 0 and not hasattr(model, "disable_adapter"):  # with LoRA the base model is the reference
+        if c.loss.beta > 0 and not hasattr(model, "disable_adapter"):  # with LoRA the base model is the reference
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.step_count = 0
         self.task_rng = random.Random(c.seed)
         self.order: list[int] = []
         self.history: list[dict[str, float]] = []
         self.last_episodes: list[Episode] = []
-        if c.report_to not in (None, "tensorboard", "trackio"):
-            raise ValueError(f"report_to={c.report_to!r}: use None, 'tensorboard' or 'trackio'.")
         self._tracker: Callable[[dict[str, float]], None] | None = None
         torch.manual_seed(c.seed)
 
@@ -184,25 +184,22 @@ class GRPOTrainer:
 
     # --- rollout and reward ----------------------------------------------------------------------------
     def sample_groups(self, tasks: list[dict]) -> list[Episode]:
-        g = self.config.group_size
-        prompts = [self.env.prompt(t) for t in tasks for _ in range(g)]
-        metadata = [t for t in tasks for _ in range(g)]
-        toolbox_for = getattr(self.env, "toolbox_for", None)  # tasks that bring their own tools (BFCL-style)
-        toolboxes = [toolbox_for(t) for t in metadata] if toolbox_for else self.env.make_toolbox
-        return rollout(self.model, self.tokenizer, prompts, toolboxes, self.config.rollout, metadata)
+        """`group_size` episodes per task, consecutive (the layout the advantages expect)."""
+        return rollout_env(self.model, self.tokenizer, self.env, [t for t in tasks for _ in range(self.config.group_size)],
+                           self.config.rollout)
 
     def score(self, episodes: list[Episode]) -> tuple[torch.Tensor, dict[str, float]]:
-        """Weighted sum of the reward functions per episode; None (not applicable) counts as 0 in the sum."""
-        prompts = [ep.prompt for ep in episodes]
-        completions = [ep.completion_text for ep in episodes]
-        columns = {k: [ep.metadata.get(k) for ep in episodes] for k in episodes[0].metadata}
-        columns.update(episodes=episodes, completion_lengths=[ep.num_model_tokens for ep in episodes],
-                       tool_calls=[ep.num_tool_calls for ep in episodes])
+        """Weighted sum of the reward functions per episode; None (not applicable) counts as 0 in the sum.
+
+        Every reward function gets `reward_kwargs(episodes)`: completions as messages whose text the rewards
+        read through `rewards.completion_text`, the policy's own text only (a tool result is not the
+        policy's answer), plus the task columns, `completion_lengths`, `tool_calls` and `episodes`.
+        """
+        kwargs = reward_kwargs(episodes)
         total = torch.zeros(len(episodes))
         metrics = {}
         for fn, weight in zip(self.reward_funcs, self.reward_weights, strict=True):
-            values = torch.tensor([np.nan if v is None else v for v in fn(prompts, completions, **columns)],
-                                  dtype=torch.float32)
+            values = torch.tensor([np.nan if v is None else v for v in fn(**kwargs)], dtype=torch.float32)
             metrics[f"rewards/{getattr(fn, '__name__', 'reward')}/mean"] = float(np.nanmean(values.numpy())) \
                 if not torch.isnan(values).all() else float("nan")
             total += weight * torch.nan_to_num(values, nan=0.0)
@@ -215,8 +212,8 @@ class GRPOTrainer:
         g = c.group_size
         episodes = self.sample_groups(self.next_tasks(c.prompts_per_step))
         rewards, reward_metrics = self.score(episodes)
-        spread = rewards.view(-1, g).std(dim=1) > 0
-        frac_zero_std = 1.0 - spread.float().mean().item()
+        frac_zero_std = frac_reward_zero_std(rewards, g)  # groups without spread teach nothing
+        spread = ~zero_std_groups(rewards, g)
         reward_mean, reward_std = rewards.mean().item(), rewards.view(-1, g).std(dim=1).mean().item()
         if c.dynamic_sampling:  # keep only informative groups; refill with new tasks
             for _ in range(c.max_refills):
@@ -225,7 +222,7 @@ class GRPOTrainer:
                 extra = self.sample_groups(self.next_tasks(c.prompts_per_step))
                 extra_rewards, _ = self.score(extra)
                 episodes, rewards = episodes + extra, torch.cat([rewards, extra_rewards])
-                spread = rewards.view(-1, g).std(dim=1) > 0
+                spread = ~zero_std_groups(rewards, g)
             keep_groups = spread.nonzero().squeeze(-1)[: c.prompts_per_step]
             if len(keep_groups) > 0:
                 episodes = [episodes[int(i) * g + j] for i in keep_groups for j in range(g)]
@@ -279,57 +276,17 @@ class GRPOTrainer:
         c = self.config
         if c.credit == "broadcast":
             return group_advantages(rewards, c.group_size, scale_rewards=c.scale_rewards), {}
-        turn_rewards, turn_mask, extra = self.turn_reward_table(episodes, rewards)
+        turn_rewards, turn_mask, extra = turn_reward_table(episodes, rewards, self.turn_rewards)
         if c.credit == "discounted":
             return discounted_turn_advantages(turn_rewards, turn_mask, c.group_size, c.gamma, c.scale_rewards), {}
         episode_advantages = group_advantages(rewards + extra, c.group_size, scale_rewards=c.scale_rewards)
         returns = discounted_returns(turn_rewards, turn_mask, c.gamma)
-        groups = self.step_groups(episodes, turn_mask.shape[1])
+        groups = step_group_ids(episodes, c.group_size, turn_mask.shape[1])
         step = step_group_advantages(returns, turn_mask, groups, scale=c.scale_rewards != "none")
         _, sizes = torch.unique(groups[turn_mask.bool()], return_counts=True)
         shared = float((sizes[sizes > 1].sum() / sizes.sum()).item()) if sizes.numel() else 0.0
         advantages = (episode_advantages.unsqueeze(1) + c.omega * step) * turn_mask
         return advantages, {"step_groups/shared_turn_ratio": shared}  # turns with a sibling in the same state
-
-    def turn_reward_table(
-        self, episodes: list[Episode], rewards: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-turn rewards r_it: the episode reward at the last model turn, plus `turn_rewards` if given.
-
-        Returns (turn_rewards (n, T) float, turn_mask (n, T) 0/1, extra (n,) float — the sum of the hook's
-        rewards per episode, so that rewards + extra is the episode's undiscounted return).
-        """
-        width = max(1, max(len(ep.model_turns) for ep in episodes))
-        turn_rewards, turn_mask = torch.zeros(len(episodes), width), torch.zeros(len(episodes), width)
-        extra = torch.zeros(len(episodes))
-        for i, ep in enumerate(episodes):
-            n_turns = len(ep.model_turns)
-            turn_mask[i, :n_turns] = 1.0
-            if self.turn_rewards is not None:
-                values = list(self.turn_rewards(ep))
-                if len(values) != n_turns:
-                    raise ValueError(f"turn_rewards returned {len(values)} rewards for an episode with {n_turns} "
-                                     "model turns: return one reward per model turn.")
-                turn_rewards[i, :n_turns] = torch.tensor(values, dtype=torch.float32)
-                extra[i] = turn_rewards[i].sum()
-            if n_turns:
-                turn_rewards[i, n_turns - 1] += rewards[i]  # the episode reward arrives with the last turn
-        return turn_rewards, turn_mask, extra
-
-    def step_groups(self, episodes: list[Episode], width: int) -> torch.Tensor:
-        """(n, width) int — the step group of each model turn: one id per (prompt group, tokens before the turn).
-
-        Sibling turns share an id exactly when everything before them is token-identical (GiGPO's anchor
-        state): all first turns of a group share the prompt; later turns share a state only when the
-        earlier turns and tool results were identical. -1 on padding.
-        """
-        ids: dict[tuple[int, tuple[int, ...]], int] = {}
-        table = torch.full((len(episodes), width), -1, dtype=torch.long)
-        for i, ep in enumerate(episodes):
-            for t, turn in enumerate(ep.model_turns):
-                state = (i // self.config.group_size, tuple(ep.token_ids[:turn.start]))
-                table[i, t] = ids.setdefault(state, len(ids))
-        return table
 
     def loss_mask(self, episodes: list[Episode]) -> list[list[int]]:
         """model_mask, zeroed for whole episodes the config excludes from the update."""
@@ -349,9 +306,9 @@ class GRPOTrainer:
         device = next(self.model.parameters()).device
         masks = self.loss_mask(episodes)
         total_tokens = max(1, sum(sum(m) for m in masks))
-        token_normalised = c.loss_type in ("dapo", "bnpo")
+        token_normalised = c.loss.loss_type in ("dapo", "bnpo")
         sums: dict[str, float] = {}
-        if c.skip_empty_updates and c.beta == 0 and not any(
+        if c.skip_empty_updates and c.loss.beta == 0 and not any(
             bool((advantages[i] != 0).any()) for i, m in enumerate(masks) if any(m)
         ):
             return {"update_skipped": 1.0}  # zero gradient: an AdamW step would only replay its momentum
@@ -375,7 +332,7 @@ class GRPOTrainer:
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=c.bf16_loss):
                     logprobs, entropy = token_logprobs(self.model, ids, attention, mask, c.rollout.temperature,
                                                        return_entropy=True)
-                    ref = self.reference_logprobs(ids, attention, mask) if c.beta > 0 else None
+                    ref = self.reference_logprobs(ids, attention, mask) if c.loss.beta > 0 else None
                 adv = advantages[idx].to(device)
                 if adv.dim() == 2:  # per model turn: each token gets its turn's advantage
                     turn_index = torch.tensor(batch([episodes[i].model_turn_index for i in idx], -1), device=device)

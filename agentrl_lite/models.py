@@ -1,4 +1,4 @@
-"""Loading a policy: the embedded SmolLM2-135M-Instruct, any Hugging Face id or path, or a tiny random model.
+"""The policy (pipeline stage 0, what RL trains): loading the embedded SmolLM2-135M-Instruct, any Hugging Face id or path, or a tiny random model.
 
 A *policy* for an LLM agent is the conditional distribution π(next token | prefix). Everything the RL
 loop needs from it is two things: sample tokens, and score tokens (log-probabilities). This module only

@@ -1,7 +1,9 @@
-"""Rewards: the number a completion earns, which is all the policy ever learns from.
+"""Rewards (pipeline stage: episode → reward): the number a completion earns, which is all the policy ever
+learns from. Also the one definition of a correct answer (`answers_match`), which evaluation uses too.
 
 Every reward is a pure function with TRL's reward signature, so it plugs into `GRPOTrainer(reward_funcs=...)`
-unchanged and scores this library's own rollouts too (`reward_kwargs(episodes)` builds the arguments):
+unchanged and scores this library's own rollouts too: our trainer calls every reward with
+`reward_kwargs(episodes)`, the same arguments TRL would pass.
 
     reward(prompts, completions, **kwargs) -> list[float | None]
 
@@ -598,14 +600,26 @@ def episode_completion(episode: Episode) -> list[dict[str, Any]]:
 
 
 def reward_kwargs(episodes: Sequence[Episode]) -> dict[str, list[Any]]:
-    """The arguments TRL would pass a reward function, built from this library's episodes:
-    `prompts`, `completions` (`episode_completion`), `completion_lengths` (tokens after the prompt, policy and
-    tool tokens alike, as TRL's multi-turn `completion_ids`), and one column per metadata key that every
-    episode has (e.g. `answer`). Use as `reward(**reward_kwargs(episodes))`."""
+    """The arguments of a reward function for this library's episodes, as TRL would pass them; the GRPO
+    trainer calls every reward with exactly these. Use as `reward(**reward_kwargs(episodes))`.
+
+    - `prompts`: each episode's prompt messages;
+    - `completions` (`episode_completion`): the assistant and tool messages after the prompt. A text reward
+      reads them through `completion_text`, i.e. the policy's own text only: a tool result that holds the
+      right number earns nothing;
+    - `completion_lengths`: tokens after the prompt, policy and tool tokens alike, as TRL's multi-turn
+      `completion_ids` (the policy's own token count is `Episode.num_model_tokens`);
+    - `tool_calls`: the well-formed calls the environment ran per episode (`Episode.num_tool_calls`), the
+      count TRL's `environment_factory` gives (`trl_bridge.with_environment_tool_calls`);
+    - `episodes`: the episodes themselves, for rewards that read turns or tokens (e.g. a process reward);
+    - one column per task field that every episode has (e.g. `answer`), as TRL passes dataset columns.
+    """
     shared = set.intersection(*(set(ep.metadata) for ep in episodes)) if episodes else set()
     return {
+        **{key: [ep.metadata[key] for ep in episodes] for key in sorted(shared)},
         "prompts": [ep.prompt for ep in episodes],
         "completions": [episode_completion(ep) for ep in episodes],
         "completion_lengths": [len(ep.token_ids) - ep.prompt_length for ep in episodes],
-        **{key: [ep.metadata[key] for ep in episodes] for key in sorted(shared)},
+        "tool_calls": [ep.num_tool_calls for ep in episodes],
+        "episodes": list(episodes),
     }

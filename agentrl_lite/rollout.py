@@ -1,4 +1,5 @@
-"""Batched multi-turn rollouts: the policy acts, tools answer, until an answer or a budget ends the episode.
+"""Rollout (pipeline stage: task → episode): the policy acts, tools answer, until an answer or a budget ends
+the episode.
 
 One call runs many episodes at once. Each round samples one model turn for every unfinished episode in a
 single batched `generate`, then executes the tool calls each turn made and appends the tool responses:
@@ -21,7 +22,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agentrl_lite.chat import extract_answer, has_tool_call
+from agentrl_lite.chat import encode_prompt, end_of_turn_id, environment_text, extract_answer, has_tool_call
+from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode, Turn
 from agentrl_lite.tools import Toolbox
 
@@ -44,43 +46,6 @@ class RolloutConfig:
     """episodes sampled together in one generate call"""
     progress: bool = True
     """show a tqdm bar over turns"""
-
-
-def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
-    """The token that closes an assistant turn (`<|im_end|>` in ChatML)."""
-    token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if token_id is None or token_id == tokenizer.unk_token_id:
-        token_id = tokenizer.eos_token_id
-    return token_id
-
-
-def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], tools: list[dict] | None, **kw: Any) -> str:
-    """The chat template as text (tools rendered into the system prompt)."""
-    return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, **kw)
-
-
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict], tools: list[dict] | None) -> list[int]:
-    text = render(tokenizer, messages, tools, add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def environment_text(
-    tokenizer: PreTrainedTokenizerBase, messages: list[dict], results: list[str], tools: list[dict] | None
-) -> str:
-    """The text the environment inserts after a model turn: tool responses plus the next assistant header.
-
-    Derived from the chat template itself (render with and without the tool messages, take the
-    difference), so any prefix-preserving template works, not only ChatML. `messages` must end with
-    the assistant turn just sampled.
-    """
-    before = render(tokenizer, messages, tools)
-    after = render(tokenizer, messages + [{"role": "tool", "content": r} for r in results], tools,
-                   add_generation_prompt=True)
-    if not after.startswith(before):
-        raise ValueError("The chat template is not prefix-preserving; multi-turn rollouts need one that is.")
-    eos = tokenizer.decode([end_of_turn_id(tokenizer)])
-    tail = before[before.rindex(eos) + len(eos):]  # what the template adds after the model's end-of-turn
-    return tail + after[len(before):]
 
 
 @torch.no_grad()
@@ -182,6 +147,21 @@ def rollout(
     bar.close()
     model.train(was_training)
     return episodes
+
+
+def rollout_env(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    env: Environment,
+    tasks: Sequence[dict[str, Any]],
+    config: RolloutConfig | None = None,
+) -> list[Episode]:
+    """One episode per task, run in `env`: the environment's prompt, a fresh toolbox per episode
+    (`env.toolbox_for(task)`), the task as `Episode.metadata`. The trainer and `evaluate` run environments
+    only through this function."""
+    tasks = list(tasks)
+    return rollout(model, tokenizer, [env.prompt(t) for t in tasks], [env.toolbox_for(t) for t in tasks],
+                   config, metadata=tasks)
 
 
 def step(

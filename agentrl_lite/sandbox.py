@@ -1,4 +1,5 @@
-"""Run model-written Python in a sandbox and turn whatever happens into an observation string.
+"""The sandbox (part of the tools stage): run model-written Python in an isolated process and turn
+whatever happens into an observation string.
 
 Why this matters in agentic RL: the policy writes arbitrary code, thousands of times per run, and early
 in training much of it is garbage — infinite loops, 10 GB allocations, `os.fork()` in a loop, a stray

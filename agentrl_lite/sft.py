@@ -1,4 +1,4 @@
-"""Cold-start supervised fine-tuning: teach the format of tool use before RL.
+"""Cold-start SFT (pipeline stage: before RL): supervised fine-tuning that teaches the format of tool use.
 
 A policy that never emits a tool call gets no reward signal from tools, so RL cannot discover them (the
 raw 135M model calls a tool 0 times in 128 samples). A few dozen demonstrations fix that. The loss is
@@ -16,8 +16,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agentrl_lite.rollout import end_of_turn_id, render
-from agentrl_lite.scoring import token_logprobs
+from agentrl_lite.chat import end_of_turn_id, render
+from agentrl_lite.logprobs import token_logprobs
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Tools: what an agent can do besides writing text.
+"""Tools (pipeline stage: what an episode can do besides writing text): `Toolbox`, the one tool interface,
+and the course's tools, `calculator` and `python`.
 
 For an LLM agent a tool is just a Python function. The policy cannot call it directly; it writes a
 `<tool_call>` block (see `agentrl_lite.chat`), the environment runs the function, and the result comes back
@@ -288,6 +289,10 @@ class Toolbox:
     `execute` and `run` never raise on anything the model writes; every failure is returned as an
     `Error: ...` observation. Constructing a Toolbox does raise (ValueError) on a programming mistake: a
     function without type hints or docstring, or two tools with the same name.
+
+    This is the only tool interface the rollout engine knows. Tools known only by a schema (BFCL's functions,
+    which are shown to the model but never run) are a subclass that overrides `execute`
+    (`agentrl_lite.tasks.function_calls.SchemaToolbox`).
     """
 
     def __init__(self, tools: Sequence[Callable[..., Any]]) -> None:
@@ -310,7 +315,8 @@ class Toolbox:
 
     @property
     def names(self) -> list[str]:
-        return list(self.functions)
+        """the tool names, in the order of `schemas`"""
+        return [schema["function"]["name"] for schema in self.schemas]
 
     def _signature(self, name: str) -> str:
         """e.g. `expression (string, required)`, for error messages."""

@@ -1,15 +1,18 @@
-"""The same environments, tasks and rewards inside TRL's `GRPOTrainer`: the path to scale up.
+"""The TRL bridge (the whole pipeline, in TRL): the same environments, tasks and rewards inside TRL's
+`GRPOTrainer`, the path to scale up.
 
 Our trainer (`agentrl_lite.grpo`) is for reading and for one machine; TRL runs the same algorithm on many
 GPUs with accelerate/DeepSpeed and vLLM. This module translates, so that a comparison is a comparison:
 
 - `trl_config`: our `GRPOConfig` as TRL's, knob for knob (group size, token budget, loss type, clipping,
-  beta, iterations, reward scaling, learning rate held constant as ours is);
+  beta, token or sequence ratios, iterations, reward scaling, learning rate held constant as ours is); a
+  setting TRL has no equivalent for is refused with an error, never silently dropped;
 - `trl_dataset`: the environment's prompts (conversational, as TRL expects) with every task field as a
   column, which TRL hands to the reward functions as keyword lists — exactly what our trainer does;
 - `trl_environment_factory`: a multi-turn tool environment as TRL's `environment_factory`: one instance per
-  rollout, reset with the task, the environment's tools as its methods, every call run through our `Toolbox`
-  (so a malformed call is an `Error: ...` observation, never an exception) and recorded;
+  rollout, reset with the task, the environment's tools as its methods, every call run through the task's
+  `Toolbox` (`env.toolbox_for(task)`: a malformed call is an `Error: ...` observation, never an exception)
+  and recorded;
 - `trl_trainer`: TRL's `GRPOTrainer` built from all of the above;
 - `trl_history`: TRL's log history as rows shaped like our trainer's history, for plotting side by side.
 
@@ -30,6 +33,7 @@ from typing import Any
 from transformers.trainer_callback import ProgressCallback
 
 from agentrl_lite.chat import ToolCall
+from agentrl_lite.env import Environment
 from agentrl_lite.grpo import GRPOConfig
 from agentrl_lite.tools import Toolbox
 
@@ -40,22 +44,49 @@ class _QuietProgress(ProgressCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
         return None
 
-_SAME_NAME = ("loss_type", "epsilon", "epsilon_high", "beta", "num_iterations", "scale_rewards",
-              "mask_truncated_completions", "weight_decay", "max_grad_norm", "seed")
-"""GRPOConfig fields that TRL's GRPOConfig has under the same name and meaning."""
+_SAME_NAME = ("num_iterations", "scale_rewards", "mask_truncated_completions", "weight_decay", "max_grad_norm",
+              "seed")
+"""GRPOConfig fields that TRL's GRPOConfig has under the same name and meaning"""
+_SAME_NAME_LOSS = ("loss_type", "epsilon", "epsilon_high", "beta", "importance_sampling_level",
+                   "use_bias_correction_kl")
+"""LossConfig fields that TRL's GRPOConfig has under the same name and meaning"""
+_NOT_IN_TRL = {
+    "credit": ("broadcast", "TRL gives every token of a completion the episode's advantage (broadcast)"),
+    "dynamic_sampling": (False, "TRL 1.16 has no DAPO dynamic sampling"),
+    "filter_void_turns": (False, "TRL has no SimpleTIR void-turn filter"),
+    "skip_empty_updates": (False, "TRL steps AdamW even when every advantage is 0"),
+}
+"""our settings TRL cannot reproduce: field → (the only value that translates, why)"""
+
+
+def _check_translatable(config: GRPOConfig) -> None:
+    """Raise when `config` asks for something TRL's GRPOTrainer would silently not do."""
+    refused = [f"{name}={getattr(config, name)!r} ({why})" for name, (neutral, why) in _NOT_IN_TRL.items()
+               if getattr(config, name) != neutral]
+    if config.loss.max_completion_length not in (None, config.rollout.max_new_tokens * config.rollout.max_turns):
+        refused.append(f"loss.max_completion_length={config.loss.max_completion_length} (TRL's dr_grpo normaliser "
+                       "is the generation budget, max_new_tokens × max_turns)")
+    if refused:
+        raise ValueError("trl_config cannot translate " + "; ".join(refused) + ". Set them to their neutral "
+                         "values (e.g. dataclasses.replace(config, credit='broadcast', skip_empty_updates=False)) "
+                         "for a like-for-like TRL run.")
 
 
 def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
     """TRL's `GRPOConfig` for the same experiment as our `config` (single-turn: one turn's token budget).
 
     Kept equal: prompts × group size per step (one optimizer step per generation batch), completion
-    budget, temperature, top_p, no top-k, loss type, epsilon/epsilon_high, beta, num_iterations,
-    scale_rewards, mask_truncated_completions, learning rate (constant, no warm-up), weight decay, gradient
-    clipping, seed. Left at TRL's defaults (they change speed, not the objective): gradient checkpointing,
-    TRL's own sampler and data order. `overrides` go straight to TRL (e.g. `use_cpu=False`).
+    budget, temperature, top_p, no top-k, the loss (type, epsilon/epsilon_high, beta, token or sequence
+    ratios, KL bias correction), num_iterations, scale_rewards, mask_truncated_completions, learning rate
+    (constant, no warm-up), weight decay, gradient clipping, seed. Left at TRL's defaults (they change speed
+    or memory, not the objective): gradient checkpointing, TRL's own sampler and data order, our
+    micro_batch_size, sampling batch size and bf16 loss pass. Refused with a ValueError (TRL has no
+    equivalent): credit other than "broadcast", dynamic_sampling, filter_void_turns, skip_empty_updates.
+    `overrides` go straight to TRL (e.g. `use_cpu=False`).
     """
     from trl import GRPOConfig as TRLGRPOConfig
 
+    _check_translatable(config)
     r = config.rollout
     args: dict[str, Any] = dict(
         output_dir=output_dir,
@@ -67,6 +98,7 @@ def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
         top_p=r.top_p,
         top_k=0,
         **{name: getattr(config, name) for name in _SAME_NAME},
+        **{name: getattr(config.loss, name) for name in _SAME_NAME_LOSS},
         learning_rate=config.lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
@@ -82,7 +114,7 @@ def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
     return TRLGRPOConfig(**args)
 
 
-def trl_dataset(env: Any, tasks: Sequence[dict]) -> Any:
+def trl_dataset(env: Environment, tasks: Sequence[dict]) -> Any:
     """A `datasets.Dataset` with a conversational `prompt` column (the environment's messages) and every task
     field as its own column (TRL passes them to the reward functions, e.g. `answer=[...]`)."""
     import datasets
@@ -106,10 +138,10 @@ class TRLToolEnvironment:
     - reward functions receive the instances, aligned with `completions`, as `environments=[...]`.
 
     Attributes set by `reset`: `task` (the dataset row without `prompt`), `toolbox` (a fresh
-    `env.make_toolbox()`), `calls` (one `{"name", "arguments", "observation"}` per call the tools ran, in order).
+    `env.toolbox_for(task)`), `calls` (one `{"name", "arguments", "observation"}` per call the tools ran, in order).
     """
 
-    env: Any = None
+    env: Environment | None = None
     """the environment whose rollouts these are (set on the subclass by `trl_environment_factory`)"""
 
     def __init__(self) -> None:
@@ -120,7 +152,7 @@ class TRLToolEnvironment:
         a string returned here would be appended to the last user message."""
         task.pop("prompt", None)  # the prompt messages TRL's dataset row carries, not a task field
         self.task: dict[str, Any] = task
-        self.toolbox: Toolbox = self.env.make_toolbox()
+        self.toolbox: Toolbox | None = self.env.toolbox_for(task) if task else None
         self.calls: list[dict[str, Any]] = []
 
     @property
@@ -130,6 +162,8 @@ class TRLToolEnvironment:
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         """Run one call through the toolbox (validated against the schema; errors come back as text) and record it."""
+        if self.toolbox is None:
+            raise RuntimeError("reset(**task) must be called before a tool: the task decides the toolbox.")
         observation = self.toolbox.execute(ToolCall(name, arguments))
         self.calls.append({"name": name, "arguments": arguments, "observation": observation})
         return observation
@@ -162,16 +196,28 @@ def _tool_method(name: str, function: Callable[..., Any]) -> Callable[..., str]:
     return method
 
 
-def trl_environment_factory(env: Any) -> type[TRLToolEnvironment]:
+def _toolbox(env: Environment, tasks: Sequence[dict]) -> Toolbox | None:
+    """The toolbox `env` offers, which TRL needs to be the same for every task (its tools are the methods
+    of one class, or one `tools=` list)."""
+    toolboxes = [env.toolbox_for(t) for t in tasks]
+    names = {tuple(tb.names) if tb is not None else None for tb in toolboxes}
+    if len(names) > 1:
+        raise ValueError(f"{type(env).__name__} offers different tools per task; TRL's environment_factory and "
+                         "tools= need one set of tools for the whole dataset.")
+    return toolboxes[0] if toolboxes else None
+
+
+def trl_environment_factory(env: Environment, tasks: Sequence[dict]) -> type[TRLToolEnvironment]:
     """`env` as TRL's `environment_factory`: a `TRLToolEnvironment` subclass whose methods are `env`'s tools.
 
-    `env` needs `make_toolbox()` returning a `Toolbox` (`ArithmeticEnv` with its calculator, for example). The
-    class is the factory: TRL calls it with no argument to get one rollout's environment.
+    `env.toolbox_for(task)` must give the same executable tools for every task in `tasks` (`ArithmeticEnv`
+    with its calculator, for example). The class is the factory: TRL calls it with no argument to get one
+    rollout's environment.
     """
-    toolbox = env.make_toolbox()
-    if not isinstance(toolbox, Toolbox):
+    toolbox = _toolbox(env, tasks)
+    if toolbox is None or not toolbox.functions:
         raise ValueError(
-            f"{type(env).__name__}.make_toolbox() returned {toolbox!r}, not a Toolbox of executable tools; TRL's "
+            f"{type(env).__name__}.toolbox_for(task) returned {toolbox!r}, not a Toolbox of executable tools; TRL's "
             "environment_factory is for environments with tools. Without tools, call trl_trainer as it is "
             "(single-turn), or give the environment tools (e.g. ArithmeticEnv(tools=[calculator]))."
         )
@@ -212,7 +258,7 @@ def with_environment_tool_calls(reward: Callable[..., list[float | None]]) -> Ca
 def trl_trainer(
     model: Any,
     tokenizer: Any,
-    env: Any,
+    env: Environment,
     tasks: Sequence[dict],
     reward_funcs: Sequence[Callable[..., list[float | None]]],
     config: GRPOConfig,
@@ -226,7 +272,7 @@ def trl_trainer(
 
     Tools are offered when the environment has some and `config.rollout.max_turns > 1` (up to max_turns − 1
     rounds of calls, as in our rollouts). use_environment_factory: run them through
-    `trl_environment_factory(env)` (each call validated by our `Toolbox` and recorded per rollout; reward
+    `trl_environment_factory(env, tasks)` (each call validated by our `Toolbox` and recorded per rollout; reward
     functions receive `environments=[...]`); False hands the raw tool functions to TRL's `tools=`, where a
     malformed call raises inside TRL and comes back as `{"error": ...}`. The tokenizer's chat template must be
     one TRL recognises (`models.tool_chat_template`, which `load_policy` and `tiny_policy` install).
@@ -235,14 +281,15 @@ def trl_trainer(
 
     if reward_weights is not None:
         overrides["reward_weights"] = list(reward_weights)
-    multi_turn = bool(getattr(env, "tools", None)) and config.rollout.max_turns > 1
+    toolbox = _toolbox(env, tasks)
+    multi_turn = toolbox is not None and bool(toolbox.functions) and config.rollout.max_turns > 1
     if multi_turn:
         overrides.setdefault("max_tool_calling_iterations", config.rollout.max_turns - 1)
     tool_kwargs: dict[str, Any] = {}
     if multi_turn and use_environment_factory:
-        tool_kwargs["environment_factory"] = trl_environment_factory(env)
+        tool_kwargs["environment_factory"] = trl_environment_factory(env, tasks)
     elif multi_turn:
-        tool_kwargs["tools"] = list(env.tools)
+        tool_kwargs["tools"] = list(toolbox.functions.values())
     args = trl_config(config, output_dir, **overrides)
     trainer = TRLGRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args,
                              train_dataset=trl_dataset(env, tasks), processing_class=tokenizer,

@@ -1,4 +1,4 @@
-"""Pictures of training and of single episodes: learning curves, token probabilities, trajectories.
+"""Visualisation (reading any stage's output): pictures of training and of single episodes: learning curves, token probabilities, trajectories.
 
 Two kinds of looking, both needed to trust an RL run:
 - curves (`plot_curves`, `plot_bars`, `plot_token_probs`) say *whether* the numbers move;

@@ -32,12 +32,13 @@ import torch
 from transformers import TrainerCallback
 
 from agentrl_lite import seed_everything, write_results
-from agentrl_lite.data import DATA_DIR, read_jsonl
-from agentrl_lite.envs import ArithmeticEnv, numbers_match
 from agentrl_lite.grpo import GRPOConfig, GRPOTrainer
 from agentrl_lite.models import load_policy
+from agentrl_lite.rewards import as_trl_reward, final_number_reward
 from agentrl_lite.rollout import RolloutConfig, rollout
 from agentrl_lite.sft import SFTConfig, sft
+from agentrl_lite.tasks import DATA_DIR, read_jsonl
+from agentrl_lite.tasks.arithmetic import ArithmeticEnv
 from agentrl_lite.tools import calculator
 
 MAX_NEW_TOKENS = 48
@@ -45,15 +46,8 @@ GROUP = 8
 LR = 1e-6
 
 
-def text_of(completion) -> str:
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
-
-
-def correct(prompts, completions, answer, **kwargs):
-    """1.0 when the last number of the completion is the gold answer."""
-    return [float(numbers_match(text_of(c), a)) for c, a in zip(completions, answer, strict=True)]
+correct = as_trl_reward(final_number_reward, "correct")
+"""1.0 when the last number the policy wrote is the gold answer"""
 
 
 class Interleave(TrainerCallback):
@@ -77,7 +71,7 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
     from trl import GRPOTrainer as TRLTrainer
 
     ours_model = copy.deepcopy(model)
-    config = GRPOConfig(steps=steps, prompts_per_step=1, group_size=GROUP, loss_type="dapo", lr=LR,
+    config = GRPOConfig(steps=steps, prompts_per_step=1, group_size=GROUP, lr=LR,  # dapo: LossConfig's default
                         micro_batch_size=GROUP, progress=False, bf16_loss=True,
                         rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=MAX_NEW_TOKENS,
                                               temperature=1.0, batch_size=GROUP, progress=False))
@@ -169,7 +163,7 @@ def main() -> None:
     env = ArithmeticEnv()
     demos = [[{"role": "system", "content": env.system_prompt}] + d["messages"]
              for d in read_jsonl(DATA_DIR / "arithmetic_sft.jsonl")[:32]]
-    sft(model, tokenizer, demos, env.make_toolbox().schemas, SFTConfig(steps=4, batch_size=8, lr=1e-4,
+    sft(model, tokenizer, demos, env.toolbox_for().schemas, SFTConfig(steps=4, batch_size=8, lr=1e-4,
                                                                         progress=False))
     metrics["multi_turn_tools"] = bench(model, tokenizer, tasks, env, [calculator], args.steps, max_turns=3)
     print("multi-turn:", {k: v for k, v in metrics["multi_turn_tools"].items() if not isinstance(v, list)})

@@ -10,7 +10,11 @@ import types
 
 import pytest
 
-from agentrl_lite.eval import bfcl
+from agentrl_lite.episode import Episode, Turn
+from agentrl_lite.evaluate import EvalReport, task_label
+from agentrl_lite.tasks import bfcl
+from agentrl_lite.tasks.function_calls import FunctionCallEnv
+from agentrl_lite.tools import Toolbox
 
 SIZES = {"simple_python": 400, "multiple": 200, "parallel": 200, "parallel_multiple": 200, "irrelevance": 240}
 
@@ -187,16 +191,34 @@ def test_tool_schema_speaks_json_schema():
     assert schema["properties"]["c"]["properties"]["d"]["type"] == "string"
 
 
-def test_score_outputs_tallies_per_category(entries):
+def reply_episode(text: str) -> Episode:
+    """A single-turn episode whose one model turn wrote `text`."""
+    turns = [Turn("prompt", 0, 1, ""), Turn("model", 1, 2, text + "<|im_end|>", content=text)]
+    return Episode(prompt=[], token_ids=[0, 1], logprobs=[0.0, 0.0], model_mask=[0, 1], turns=turns)
+
+
+def test_the_environment_scores_with_the_checker_and_the_report_tallies_per_category(entries):
     tasks = entries["simple_python"][:4] + entries["irrelevance"][:2]
     outputs = [as_text(bfcl.reference_calls(tasks[0])), "nothing", as_text(bfcl.reference_calls(tasks[2])),
                "<tool_call>", "no call", as_text([{tasks[5]["functions"][0]["name"]: {}}])]
-    report = bfcl.score_outputs(tasks, outputs)
-    assert report.accuracy == {"simple_python": 0.5, "irrelevance": 0.5}
+    env = FunctionCallEnv()
+    episodes = [reply_episode(text) for text in outputs]
+    scores = [env.score(task, ep) for task, ep in zip(tasks, episodes, strict=True)]
+    assert [s["correct"] for s in scores] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    report = EvalReport(labels=[task_label(t) for t in tasks], scores=scores, episodes=episodes)
+    assert report.by_label() == {"simple_python": 0.5, "irrelevance": 0.5}
     assert report.counts == {"simple_python": 4, "irrelevance": 2}
     assert report.overall == 0.5
     assert report.errors() == {"simple_python": {"wrong_count": 1, "decode_failed": 1},
                                "irrelevance": {"irrelevance:called": 1}}
+
+
+def test_the_environment_offers_the_tasks_functions_as_a_toolbox_that_never_runs_them(entries):
+    task = entries["multiple"][0]
+    toolbox = FunctionCallEnv().toolbox_for(task)
+    assert isinstance(toolbox, Toolbox) and toolbox.names == [f["name"] for f in task["functions"]]
+    calls, observations = toolbox.run(as_text(bfcl.reference_calls(task)) + "\n<tool_call>\nnot json\n</tool_call>")
+    assert len(calls) == 1 and observations[0] == "(not executed)" and observations[1].startswith("Error:")
 
 
 def test_missing_wheel_is_a_clear_error(monkeypatch):

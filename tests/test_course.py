@@ -11,8 +11,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from agentrl_lite.cli import main
-from agentrl_lite.course import (
+from agentrl_lite.course.cli import main
+from agentrl_lite.course.exercises import (
     GENERATED_KEY,
     build_exercises,
     check,

@@ -1,6 +1,7 @@
 """data/ is reproducible from the generators, and its answers are right."""
 
-from agentrl_lite.data import DATA_DIR, build_all, load_dataset, read_jsonl
+from agentrl_lite.course.data import build_all, load_dataset
+from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tools import calculator
 
 

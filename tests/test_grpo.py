@@ -6,14 +6,15 @@ import pytest
 import torch
 
 from agentrl_lite import grpo
-from agentrl_lite.data import arithmetic_tasks
-from agentrl_lite.envs import ArithmeticEnv
+from agentrl_lite.advantages import group_advantages, step_group_ids, turn_reward_table
 from agentrl_lite.episode import Episode, Turn
 from agentrl_lite.grpo import GRPOConfig, GRPOTrainer
+from agentrl_lite.logprobs import token_logprobs
+from agentrl_lite.loss import LossConfig
 from agentrl_lite.models import tiny_policy
-from agentrl_lite.rl import group_advantages
+from agentrl_lite.rewards import completion_text, final_number_reward, reward_kwargs
 from agentrl_lite.rollout import RolloutConfig
-from agentrl_lite.scoring import token_logprobs
+from agentrl_lite.tasks.arithmetic import ArithmeticEnv, arithmetic_tasks
 
 TASKS = arithmetic_tasks(16, seed=7)
 
@@ -32,7 +33,9 @@ def make_trainer(tmp_path, **overrides):
     settings = dict(steps=4, prompts_per_step=2, group_size=4, lr=1e-3, micro_batch_size=3, seed=0,
                     rollout=RolloutConfig(max_turns=1, max_new_tokens=8, temperature=1.0, progress=False),
                     output_dir=str(tmp_path), progress=False)
-    config = GRPOConfig(**{**settings, **overrides})
+    loss_fields = {k: overrides.pop(k) for k in ("loss_type", "epsilon", "epsilon_high", "beta",
+                                                 "importance_sampling_level") if k in overrides}
+    config = GRPOConfig(**{**settings, **overrides}, loss=LossConfig(**loss_fields))
     return GRPOTrainer(model, tokenizer, ArithmeticEnv(tools=[]), TASKS, [even_token_reward], config)
 
 
@@ -215,7 +218,7 @@ SIBLINGS = [
 
 def test_step_group_credit_by_hand(tmp_path, monkeypatch):
     trainer = make_trainer(tmp_path, credit="step_group", gamma=0.5, micro_batch_size=4)
-    assert trainer.step_groups(SIBLINGS, 2).tolist() == [[0, 1], [0, 1], [0, 2], [0, -1]]
+    assert step_group_ids(SIBLINGS, 4, 2).tolist() == [[0, 1], [0, 1], [0, 2], [0, -1]]
     advantages, metrics = trainer.advantages(SIBLINGS, torch.tensor([1.0, 0.0, 1.0, 1.0]))
     # episode advantages: rewards [1, 0, 1, 1], mean 0.75, std sqrt(0.75 / 3) = 0.5 -> [1, -3, 1, 1] · 0.25 / 0.5001
     episode = torch.tensor([0.25, -0.75, 0.25, 0.25]) / (0.5 + 1e-4)
@@ -248,17 +251,13 @@ def test_step_group_credit_by_hand(tmp_path, monkeypatch):
 
 
 def test_turn_rewards_add_to_the_episode_reward_at_the_last_turn(tmp_path):
-    model, tokenizer = tiny_policy(seed=0)
-    config = GRPOConfig(group_size=4, credit="discounted", progress=False)
-    trainer = GRPOTrainer(model, tokenizer, ArithmeticEnv(tools=[]), TASKS, [even_token_reward], config,
-                          turn_rewards=lambda ep: [0.1] * len(ep.model_turns))
-    turn_rewards, turn_mask, extra = trainer.turn_reward_table(SIBLINGS, torch.tensor([1.0, 0.0, 1.0, 1.0]))
+    turn_rewards, turn_mask, extra = turn_reward_table(SIBLINGS, torch.tensor([1.0, 0.0, 1.0, 1.0]),
+                                                       lambda ep: [0.1] * len(ep.model_turns))
     torch.testing.assert_close(turn_rewards, torch.tensor([[0.1, 1.1], [0.1, 0.1], [0.1, 1.1], [1.1, 0.0]]))
     assert turn_mask.tolist() == [[1, 1], [1, 1], [1, 1], [1, 0]]
     torch.testing.assert_close(extra, torch.tensor([0.2, 0.2, 0.2, 0.1]))
-    trainer.turn_rewards = lambda ep: [0.1]
     with pytest.raises(ValueError, match="one reward per model turn"):
-        trainer.turn_reward_table(SIBLINGS, torch.zeros(4))
+        turn_reward_table(SIBLINGS, torch.zeros(4), lambda ep: [0.1])
     with pytest.raises(ValueError, match="credit="):
         make_trainer(tmp_path, credit="per_token")
 
@@ -277,3 +276,75 @@ def test_a_batch_without_signal_moves_adam_only_when_not_skipped(tmp_path, skip)
         assert metrics == {"update_skipped": 1.0} and not moved
     else:  # the zero gradient still lets AdamW's momentum replay the previous update
         assert metrics["update_skipped"] == 0.0 and metrics["grad_norm"] == 0.0 and moved
+
+
+# ------------------------------------------------------------------------------------- reward inputs
+def calculator_episode(final_reply: str) -> Episode:
+    """A two-turn episode as the rollout engine records it: a calculator call, the tool's reply "391" (inserted
+    by the environment), then `final_reply` from the policy."""
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "17 * 23"}}\n</tool_call>'
+    texts = ["<|im_start|>user\nWhat is 17 * 23?<|im_end|>\n<|im_start|>assistant\n", call + "<|im_end|>",
+             "\n<|im_start|>user\n<tool_response>\n391\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+             final_reply + "<|im_end|>"]
+    turns, start = [], 0
+    for k, text in enumerate(texts):
+        role = ("prompt", "model", "tool", "model")[k]
+        turns.append(Turn(role, start, start + 5, text, content=text.removesuffix("<|im_end|>") if role == "model" else "",
+                          tool_calls=[{"name": "calculator", "arguments": {"expression": "17 * 23"}}] if k == 1 else [],
+                          tool_results=["391"] if k == 2 else []))
+        start += 5
+    mask = [0] * 5 + [1] * 5 + [0] * 5 + [1] * 5
+    return Episode(prompt=[{"role": "user", "content": "What is 17 * 23?"}], token_ids=list(range(20)),
+                   logprobs=[0.0] * 20, model_mask=mask, turns=turns, stop_reason="no_answer",
+                   metadata={"question": "What is 17 * 23?", "answer": "391"})
+
+
+def test_text_rewards_see_only_the_policys_text_in_a_multi_turn_episode(tmp_path):
+    """The calculator's "391" sits between the policy's turns; a final turn without a number earns nothing.
+
+    Before the trainer built its reward arguments with `reward_kwargs`, it passed the episode's whole text
+    after the prompt, tool reply included, and `final_number_reward` paid this episode 1.0."""
+    silent, stated = calculator_episode("I have computed it."), calculator_episode("It is 391.")
+    trainer = make_trainer(tmp_path)
+    trainer.reward_funcs, trainer.reward_weights = [final_number_reward], [1.0]
+    rewards, _ = trainer.score([silent, stated])
+    assert rewards.tolist() == [0.0, 1.0]
+
+
+def test_the_trainer_calls_rewards_with_reward_kwargs(tmp_path):
+    seen = []
+
+    def recording_reward(prompts, completions, **kwargs):
+        seen.append({"prompts": prompts, "completions": completions, **kwargs})
+        return [0.0] * len(completions)
+
+    episodes = [calculator_episode("I have computed it."), calculator_episode("It is 391.")]
+    trainer = make_trainer(tmp_path)
+    trainer.reward_funcs, trainer.reward_weights = [recording_reward], [1.0]
+    trainer.score(episodes)
+    (received,) = seen
+    expected = reward_kwargs(episodes)
+    assert received.keys() == expected.keys()
+    assert received["completions"] == expected["completions"] and received["answer"] == ["391", "391"]
+    assert received["tool_calls"] == [1, 1] and received["completion_lengths"] == [15, 15]
+    assert [completion_text(c) for c in received["completions"]] == [
+        episodes[0].turns[1].content + "\nI have computed it.", episodes[1].turns[1].content + "\nIt is 391."]
+
+
+def test_the_trainers_loss_is_the_configs_loss_gspo_included(tmp_path, monkeypatch):
+    """GRPOConfig holds a LossConfig: GSPO's sequence-level ratio reaches the loss, and dr_grpo's normaliser
+    defaults to the rollout's token budget."""
+    seen = []
+    real_loss = grpo.policy_loss
+
+    def recording_loss(logprobs, old_logprobs, advantages, mask, config, **kwargs):
+        seen.append(config)
+        return real_loss(logprobs, old_logprobs, advantages, mask, config, **kwargs)
+
+    monkeypatch.setattr(grpo, "policy_loss", recording_loss)
+    trainer = make_trainer(tmp_path, loss_type="dr_grpo", importance_sampling_level="sequence", micro_batch_size=8)
+    trainer.step()
+    assert seen and all(c.importance_sampling_level == "sequence" and c.loss_type == "dr_grpo" for c in seen)
+    assert seen[0].max_completion_length == 8  # max_new_tokens × max_turns of the test rollout
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        LossConfig(importance_sampling_level="turn")

@@ -20,9 +20,15 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from agentrl_lite.cli import main
-from agentrl_lite.course import cell_stdout, check_outcomes, is_check_cell, make_exercise, notebook_text
-from agentrl_lite.runner import BUDGET_S, NotebookRun, execute_notebook
+from agentrl_lite.course.cli import main
+from agentrl_lite.course.exercises import (
+    cell_stdout,
+    check_outcomes,
+    is_check_cell,
+    make_exercise,
+    notebook_text,
+)
+from agentrl_lite.course.runner import BUDGET_S, NotebookRun, execute_notebook
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -33,7 +33,7 @@ def test_results_file_records_its_run(path):
 
 
 def test_a_kernel_run_does_not_record_the_kernels_argv(monkeypatch):
-    from agentrl_lite.utils import current_command
+    from agentrl_lite.course.results import current_command
 
     monkeypatch.delenv("AGENTRL_COMMAND", raising=False)
     monkeypatch.setattr("sys.argv", ["/env/lib/python3.11/site-packages/ipykernel_launcher.py", "-f", "/tmp/k.json"])

@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from agentrl_lite.data import arithmetic_tasks, calculator_demonstration
-from agentrl_lite.envs import ArithmeticEnv
+from agentrl_lite.chat import render
 from agentrl_lite.episode import Episode, Turn, is_void_turn
 from agentrl_lite.models import tiny_policy
-from agentrl_lite.rollout import RolloutConfig, render, rollout
+from agentrl_lite.rollout import RolloutConfig, rollout
 from agentrl_lite.sft import SFTConfig, sft, tokenize_conversation
+from agentrl_lite.tasks.arithmetic import ArithmeticEnv, arithmetic_tasks, calculator_demonstration
 
 TASK = arithmetic_tasks(1, seed=123)[0]
 
@@ -19,7 +19,7 @@ def tool_user():
     model, tokenizer = tiny_policy(seed=0)
     env = ArithmeticEnv()
     conversation = env.prompt(TASK)[:1] + calculator_demonstration(TASK)
-    losses = sft(model, tokenizer, [conversation], env.make_toolbox().schemas,
+    losses = sft(model, tokenizer, [conversation], env.toolbox_for().schemas,
                  SFTConfig(steps=60, batch_size=1, lr=3e-3, progress=False))
     assert losses[-1] < 0.05 * losses[0], "the tiny model did not memorise the demonstration"
     return model, tokenizer, env
@@ -34,18 +34,18 @@ def fresh_logprobs(model, token_ids, temperature=1.0):
 
 def test_multi_turn_episode_calls_the_tool_and_answers(tool_user):
     model, tokenizer, env = tool_user
-    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.toolbox_for,
                     RolloutConfig(temperature=0, max_new_tokens=48, progress=False), metadata=[TASK])
     assert [t.role for t in ep.turns] == ["prompt", "model", "tool", "model"]
     assert ep.turns[1].tool_calls == [{"name": "calculator", "arguments": {"expression": TASK["expression"]}}]
     assert ep.turns[1].tool_results == [TASK["answer"]]  # the calculator really ran
     assert ep.stop_reason == "answer" and ep.answer == TASK["answer"]
-    assert env.score(ep)["correct"] == 1.0
+    assert env.score(TASK, ep)["correct"] == 1.0
 
 
 def test_mask_covers_exactly_the_model_tokens(tool_user):
     model, tokenizer, env = tool_user
-    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.toolbox_for,
                     RolloutConfig(temperature=0, max_new_tokens=48, progress=False), metadata=[TASK])
     n = len(ep.token_ids)
     assert len(ep.logprobs) == len(ep.model_mask) == n
@@ -57,10 +57,10 @@ def test_mask_covers_exactly_the_model_tokens(tool_user):
     # turns tile the sequence with no gap or overlap
     assert [t.start for t in ep.turns[1:]] == [t.end for t in ep.turns[:-1]] and ep.turns[-1].end == n
     # the tokens are exactly what the chat template renders for the same conversation
-    rendered = render(tokenizer, ep.messages(), env.make_toolbox().schemas)
+    rendered = render(tokenizer, ep.messages(), env.toolbox_for().schemas)
     assert tokenizer.decode(ep.token_ids, skip_special_tokens=False) == rendered.removesuffix("\n")
     # and the SFT tokenisation of that conversation marks the same tokens as the policy's
-    ids, mask = tokenize_conversation(tokenizer, ep.messages(), env.make_toolbox().schemas)
+    ids, mask = tokenize_conversation(tokenizer, ep.messages(), env.toolbox_for().schemas)
     assert ids == ep.token_ids and mask == ep.model_mask
 
 
@@ -69,7 +69,7 @@ def test_sampling_logprobs_equal_a_fresh_forward_pass(tool_user, temperature):
     model, tokenizer, env = tool_user
     torch.manual_seed(0)
     tasks = arithmetic_tasks(6, seed=5)
-    episodes = rollout(model, tokenizer, [env.prompt(t) for t in tasks], env.make_toolbox,
+    episodes = rollout(model, tokenizer, [env.prompt(t) for t in tasks], env.toolbox_for,
                        RolloutConfig(temperature=temperature, max_new_tokens=24, max_turns=2, batch_size=4,
                                      progress=False), metadata=tasks)
     with torch.no_grad():
@@ -86,28 +86,28 @@ def test_budgets_end_episodes_with_the_right_reason():
     model, tokenizer = tiny_policy(seed=1)
     env = ArithmeticEnv()
     prompt = env.prompt(TASK)
-    (ep,) = rollout(model, tokenizer, [prompt], env.make_toolbox,
+    (ep,) = rollout(model, tokenizer, [prompt], env.toolbox_for,
                     RolloutConfig(max_new_tokens=5, progress=False), metadata=[TASK])
     assert ep.stop_reason == "max_tokens" and not ep.turns[-1].finished and sum(ep.model_mask) == 5
-    (ep,) = rollout(model, tokenizer, [prompt], env.make_toolbox,
+    (ep,) = rollout(model, tokenizer, [prompt], env.toolbox_for,
                     RolloutConfig(max_episode_tokens=10, progress=False), metadata=[TASK])
     assert ep.stop_reason == "max_tokens" and len(ep.turns) == 1
 
 
 def test_tool_call_in_the_last_allowed_turn_ends_with_max_turns(tool_user):
     model, tokenizer, env = tool_user
-    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.toolbox_for,
                     RolloutConfig(temperature=0, max_turns=1, max_new_tokens=48, progress=False), metadata=[TASK])
     assert ep.stop_reason == "max_turns" and ep.num_tool_calls == 1 and ep.answer is None
 
 
 def test_gradient_flows_only_through_model_tokens(tool_user):
     """The loss never sees the logits that predict prompt/tool tokens, and gets a gradient on every model token."""
-    from agentrl_lite.rl import LossConfig, policy_loss
-    from agentrl_lite.scoring import token_logprobs
+    from agentrl_lite.logprobs import token_logprobs
+    from agentrl_lite.loss import LossConfig, policy_loss
 
     model, tokenizer, env = tool_user
-    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+    (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.toolbox_for,
                     RolloutConfig(temperature=0, max_new_tokens=48, progress=False), metadata=[TASK])
     assert 0 in ep.model_mask[ep.prompt_length:], "the episode needs tool tokens after the prompt"
     ids = torch.tensor([ep.token_ids])
@@ -179,9 +179,9 @@ def test_an_episode_has_a_void_turn_when_any_model_turn_is_void():
 
 def test_rollout_episodes_are_void_exactly_when_they_end_without_call_or_answer(tool_user):
     model, tokenizer, env = tool_user
-    (good,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+    (good,) = rollout(model, tokenizer, [env.prompt(TASK)], env.toolbox_for,
                       RolloutConfig(temperature=0, max_new_tokens=48, progress=False), metadata=[TASK])
     assert good.stop_reason == "answer" and not good.has_void_turn
-    (cut,) = rollout(model, tokenizer, [env.prompt(TASK)], env.make_toolbox,
+    (cut,) = rollout(model, tokenizer, [env.prompt(TASK)], env.toolbox_for,
                      RolloutConfig(temperature=0, max_new_tokens=5, progress=False), metadata=[TASK])
     assert cut.stop_reason == "max_tokens" and "<tool_call>" in cut.turns[-1].content and cut.has_void_turn

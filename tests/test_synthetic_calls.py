@@ -9,9 +9,13 @@ import pytest
 
 from agentrl_lite import rewards
 from agentrl_lite.chat import parse_tool_calls
-from agentrl_lite.data import DATA_DIR, read_jsonl
-from agentrl_lite.eval import bfcl
-from agentrl_lite.synthetic_calls import CATALOGUE, CATEGORY_WEIGHTS, demonstration, function_calling_tasks
+from agentrl_lite.tasks import DATA_DIR, bfcl, read_jsonl
+from agentrl_lite.tasks.function_calls import (
+    CATALOGUE,
+    CATEGORY_WEIGHTS,
+    demonstration,
+    function_calling_tasks,
+)
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,15 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers.utils import get_json_schema
 
-from agentrl_lite.data import DATA_DIR, read_jsonl
-from agentrl_lite.envs import ArithmeticEnv
 from agentrl_lite.grpo import GRPOConfig
+from agentrl_lite.loss import LossConfig
 from agentrl_lite.models import tiny_policy
 from agentrl_lite.rewards import (
     as_trl_reward,
@@ -25,6 +25,8 @@ from agentrl_lite.rewards import (
     otc_reward,
 )
 from agentrl_lite.rollout import RolloutConfig
+from agentrl_lite.tasks import DATA_DIR, read_jsonl
+from agentrl_lite.tasks.arithmetic import ArithmeticEnv
 from agentrl_lite.tools import Toolbox, calculator
 from agentrl_lite.trl_bridge import (
     trl_config,
@@ -35,9 +37,10 @@ from agentrl_lite.trl_bridge import (
     with_environment_tool_calls,
 )
 
-CONFIG = GRPOConfig(steps=2, prompts_per_step=2, group_size=4, loss_type="dr_grpo", epsilon=0.1, epsilon_high=0.28,
-                    beta=0.0, num_iterations=2, scale_rewards="none", mask_truncated_completions=True, lr=3e-5,
-                    seed=7, progress=False,
+CONFIG = GRPOConfig(steps=2, prompts_per_step=2, group_size=4, num_iterations=2, scale_rewards="none",
+                    mask_truncated_completions=True, lr=3e-5, seed=7, progress=False,
+                    loss=LossConfig(loss_type="dr_grpo", epsilon=0.1, epsilon_high=0.28, beta=0.0,
+                                    importance_sampling_level="sequence", use_bias_correction_kl=False),
                     rollout=RolloutConfig(max_turns=1, max_new_tokens=12, temperature=0.9, progress=False))
 
 
@@ -47,9 +50,19 @@ def test_config_is_translated_knob_for_knob(tmp_path):
     assert args.gradient_accumulation_steps == 1 and args.max_steps == 2
     assert args.max_completion_length == 12 and args.temperature == 0.9 and args.top_k == 0
     assert (args.loss_type, args.epsilon, args.epsilon_high, args.beta) == ("dr_grpo", 0.1, 0.28, 0.0)
+    assert args.importance_sampling_level == "sequence" and args.use_bias_correction_kl is False  # GSPO
     assert args.num_iterations == 2 and args.scale_rewards == "none" and args.mask_truncated_completions
     assert args.learning_rate == 3e-5 and args.lr_scheduler_type == "constant" and args.warmup_steps == 0
     assert args.seed == 7
+
+
+@pytest.mark.parametrize("setting", [dict(credit="discounted", gamma=0.4), dict(credit="step_group"),
+                                     dict(dynamic_sampling=True), dict(filter_void_turns=True),
+                                     dict(skip_empty_updates=True),
+                                     dict(loss=LossConfig(loss_type="dr_grpo", max_completion_length=99))])
+def test_a_setting_trl_cannot_reproduce_is_refused_not_dropped(tmp_path, setting):
+    with pytest.raises(ValueError, match=f"cannot translate {next(iter(setting))}"):
+        trl_config(replace(CONFIG, **setting), str(tmp_path), use_cpu=True)
 
 
 def test_dataset_has_conversational_prompts_and_task_columns():
@@ -97,7 +110,7 @@ def test_trl_runs_our_env_and_reward_with_a_tiny_model(tmp_path):
 
 
 def test_environment_factory_runs_the_env_tools_and_never_raises():
-    factory = trl_environment_factory(ArithmeticEnv())
+    factory = trl_environment_factory(ArithmeticEnv(), [{"question": "q", "answer": "1"}])
     environment = factory()  # TRL calls the factory with no argument
     tools = [n for n, _ in inspect.getmembers(factory, predicate=inspect.isfunction)
              if n not in ("reset", "get_reward") and not n.startswith("_")]
@@ -117,7 +130,7 @@ def test_environment_factory_runs_the_env_tools_and_never_raises():
     assert environment.calls == [] and environment.task == {"question": "What is 2 + 2?", "answer": "4"}
 
     with pytest.raises(ValueError, match="environment_factory is for environments with tools"):
-        trl_environment_factory(ArithmeticEnv(tools=[]))
+        trl_environment_factory(ArithmeticEnv(tools=[]), [{"question": "q", "answer": "1"}])
 
 
 def test_rewards_read_trl_multi_turn_completions():

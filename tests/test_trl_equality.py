@@ -1,4 +1,4 @@
-"""agentrl_lite.rl computes what TRL 1.16's GRPOTrainer computes — checked by running TRL's own code.
+"""agentrl_lite.advantages and agentrl_lite.loss compute what TRL 1.16's GRPOTrainer computes — checked by running TRL's own code.
 
 For each configuration we build a real `trl.GRPOTrainer` (tiny random policy, in-memory dataset, CPU,
 one process) from a `GRPOConfig`, feed its `_compute_loss` a batch we constructed, and replace only the
@@ -22,15 +22,10 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import entropy_from_logits as trl_entropy_from_logits
 
+from agentrl_lite.advantages import frac_reward_zero_std, group_advantages
+from agentrl_lite.logprobs import entropy_from_logits, token_logprobs
+from agentrl_lite.loss import LossConfig, policy_loss
 from agentrl_lite.models import tiny_policy
-from agentrl_lite.rl import (
-    LossConfig,
-    entropy_from_logits,
-    frac_reward_zero_std,
-    group_advantages,
-    policy_loss,
-)
-from agentrl_lite.scoring import token_logprobs
 
 TOL = 1e-6
 BATCH, SEQ, PROMPT = 4, 7, 3

@@ -1,4 +1,6 @@
-"""BFCL: the Berkeley Function Calling Leaderboard's single-turn AST categories, scored offline.
+"""BFCL (part of the function-calling task family): the Berkeley Function Calling Leaderboard's single-turn
+AST categories, loaded and checked offline. `FunctionCallEnv` (`tasks.function_calls`) serves them to the
+policy; `agentrl_lite.evaluate` scores a policy on them per category.
 
 The questions and their possible answers ship inside the `bfcl-eval` wheel (BFCL v4), so nothing is
 downloaded. Only the data files are read; `bfcl_eval` itself is never imported (its model handlers pull
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl_lite.chat import ToolCall, parse_tool_calls
+from agentrl_lite.chat import parse_tool_calls
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
 """the single-turn Python categories this module scores (BFCL's "non-live AST" set plus irrelevance)"""
@@ -125,45 +127,6 @@ def tool_schema(function: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": function["name"],
                                              "description": function.get("description", ""),
                                              "parameters": _json_schema(function["parameters"])}}
-
-
-class SchemaToolbox:
-    """Tools known only by their schemas: rendered into the prompt, parsed when called, never executed.
-
-    Duck-types `agentrl_lite.tools.Toolbox` for the rollout engine: a single-turn function-calling episode
-    records the calls the policy wrote; what they would return does not matter for scoring.
-    """
-
-    def __init__(self, functions: Sequence[dict[str, Any]]) -> None:
-        self.schemas = [tool_schema(f) for f in functions]
-
-    @property
-    def names(self) -> list[str]:
-        return [s["function"]["name"] for s in self.schemas]
-
-    def run(self, text: str) -> tuple[list[ToolCall], list[str]]:
-        parsed = parse_tool_calls(text)
-        return parsed.calls, ["(not executed)" if isinstance(b, ToolCall) else b for b in parsed.blocks]
-
-
-@dataclass
-class BFCLEnv:
-    """BFCL entries (or synthetic tasks in the same format) as an environment: the request, the functions
-    as tools, one model turn, scored by the AST checker."""
-
-    instructions: str = SYSTEM_PROMPT
-    """the system prompt; the tool schemas are rendered after it by the chat template"""
-
-    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
-        return [{"role": "system", "content": self.instructions}, *task["messages"]]
-
-    def toolbox_for(self, task: dict[str, Any]) -> SchemaToolbox:
-        return SchemaToolbox(task["functions"])
-
-    def score(self, episode: Any) -> dict[str, Any]:
-        result = check_text(episode.metadata, episode.completion_text)
-        return {"correct": float(result.valid), "error_type": result.error_type,
-                "tool_calls": float(episode.num_tool_calls)}
 
 
 # --- decoding --------------------------------------------------------------------------------------------
@@ -372,66 +335,3 @@ def reference_calls(task: dict[str, Any]) -> list[dict[str, dict[str, Any]]]:
 def as_gold_calls(task: dict[str, Any]) -> list[dict[str, Any]]:
     """`reference_calls` in the `{"name", "arguments"}` shape the reward functions take."""
     return [{"name": n, "arguments": a} for call in reference_calls(task) for n, a in call.items()]
-
-
-# --- evaluation ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class BFCLReport:
-    """Per-category accuracy of one evaluation, with every output kept for reading."""
-
-    accuracy: dict[str, float]
-    """category → share of entries whose output passes the checker"""
-    counts: dict[str, int]
-    """category → entries evaluated"""
-    rows: list[dict[str, Any]] = field(repr=False, default_factory=list)
-    """one row per entry: id, category, valid, error_type, error, output"""
-    episodes: list[Any] = field(repr=False, default_factory=list)
-
-    @property
-    def overall(self) -> float:
-        """Unweighted mean over the categories evaluated (BFCL averages categories, not entries)."""
-        return sum(self.accuracy.values()) / max(1, len(self.accuracy))
-
-    def metrics(self) -> dict[str, Any]:
-        return {"accuracy": self.accuracy, "overall": self.overall, "counts": self.counts}
-
-    def errors(self) -> dict[str, dict[str, int]]:
-        """category → {error_type: count} over the failed entries."""
-        out: dict[str, dict[str, int]] = {}
-        for row in self.rows:
-            if not row["valid"]:
-                bucket = out.setdefault(row["category"], {})
-                bucket[row["error_type"]] = bucket.get(row["error_type"], 0) + 1
-        return out
-
-
-def score_outputs(tasks: Sequence[dict[str, Any]], outputs: Sequence[str]) -> BFCLReport:
-    """Check one model output (text) per task and tally per category."""
-    rows, totals, passed = [], {}, {}
-    for task, text in zip(tasks, outputs, strict=True):
-        result = check_text(task, text)
-        category = task.get("category", "unknown")
-        totals[category] = totals.get(category, 0) + 1
-        passed[category] = passed.get(category, 0) + int(result.valid)
-        rows.append({"id": task["id"], "category": category, "valid": result.valid,
-                     "error_type": result.error_type, "error": result.error, "output": text})
-    accuracy = {c: passed[c] / totals[c] for c in totals}
-    return BFCLReport(accuracy=accuracy, counts=totals, rows=rows)
-
-
-def evaluate_bfcl(model: Any, tokenizer: Any, tasks: Sequence[dict[str, Any]], config: Any = None,
-                  env: BFCLEnv | None = None) -> BFCLReport:
-    """Run the policy once per entry (greedy by default: BFCL scores one answer) and check every output."""
-    from agentrl_lite.rollout import RolloutConfig, rollout
-
-    env = env or BFCLEnv()
-    config = config or RolloutConfig(max_turns=1, max_new_tokens=128, temperature=0.0, batch_size=16)
-    episodes = rollout(model, tokenizer, [env.prompt(t) for t in tasks], [env.toolbox_for(t) for t in tasks],
-                       config, metadata=list(tasks))
-    report = score_outputs(tasks, [ep.completion_text for ep in episodes])
-    for ep, row in zip(episodes, report.rows, strict=True):
-        ep.metadata["score"] = {"correct": float(row["valid"]), "error_type": row["error_type"]}
-    report.episodes = episodes
-    return report

@@ -1,4 +1,6 @@
-"""Run bookkeeping: profiles, seeds, and results files (every number a lesson claims comes from one)."""
+"""Results bookkeeping (course tooling): every number a lesson claims comes from a results file
+(`results/<name>.json`) that records the profile, model, device, seed, command and date of the run that
+wrote it."""
 
 from __future__ import annotations
 
@@ -6,36 +8,14 @@ import datetime as _dt
 import json
 import os
 import platform
-import random
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-PROFILES = ("smoke", "cpu", "gpu")
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def resolve_profile(profile: str | None = None) -> str:
-    """`auto` (the default) means `gpu` when CUDA is available, else `cpu`. Read from AGENTRL_PROFILE."""
-    profile = profile or os.environ.get("AGENTRL_PROFILE", "auto")
-    if profile == "auto":
-        profile = "gpu" if torch.cuda.is_available() else "cpu"
-    if profile not in PROFILES:
-        raise ValueError(f"Unknown profile {profile!r}: choose one of {PROFILES} or 'auto'")
-    return profile
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA) so a run repeats exactly on the same machine."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(seed)
+from agentrl_lite.tasks import REPO_ROOT
 
 
 def device_name() -> str:
@@ -74,7 +54,7 @@ def current_command() -> str:
 def write_results(
     name: str, metrics: dict[str, Any], *, profile: str, model: str, seed: int, command: str | None = None
 ) -> Path:
-    """Write `results/<name>.json` with the schema of COURSE.md §7 and return its path.
+    """Write `results/<name>.json` with the schema every committed results file has (tests/test_results.py) and return its path.
 
     When AGENTRL_RUN_DIR is set (by `make course`), a copy also goes to `$AGENTRL_RUN_DIR/results/` so
     the run's report can quote it.

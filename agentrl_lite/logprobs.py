@@ -1,4 +1,5 @@
-"""Scoring tokens under the policy: log π_θ(token_t | tokens_<t) for the tokens a loss needs.
+"""Log-probabilities (pipeline stage: episode → log π_θ): log π_θ(token_t | tokens_<t) for the tokens a
+loss needs, and the policy's entropy where it acted.
 
 Both SFT and RL need per-token log-probabilities of given sequences, on a subset of positions (assistant or
 policy tokens). The vocabulary projection is the most expensive part of a small model's forward pass
@@ -43,5 +44,21 @@ def token_logprobs(
         out[:, keep + 1] = all_logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * needed[:, keep]
         if return_entropy:
             with torch.no_grad():
-                entropy[:, keep + 1] = -(all_logprobs.exp() * all_logprobs).sum(-1) * needed[:, keep]
+                entropy[:, keep + 1] = entropy_from_logprobs(all_logprobs) * needed[:, keep]
     return (out, entropy) if return_entropy else out
+
+
+def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
+    """Entropy H(π(· | prefix)) in nats of each next-token distribution, from its log-probabilities:
+    (..., vocab) → (...). Tokens of probability 0 (log-probability -inf, e.g. top-k filtered) contribute 0.
+
+    A collapsing entropy means the policy stopped exploring: GRPO then sees identical completions in a
+    group and the advantages vanish.
+    """
+    p_logp = torch.where(torch.isneginf(logprobs), torch.zeros_like(logprobs), logprobs.exp() * logprobs)
+    return -p_logp.sum(dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """`entropy_from_logprobs` of raw logits (..., vocab) → (...), computed in float32."""
+    return entropy_from_logprobs(torch.log_softmax(logits.float(), dim=-1))

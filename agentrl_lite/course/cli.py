@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def _course(args: argparse.Namespace) -> int:
-    from agentrl_lite.runner import failed_notebooks, run_course
+    from agentrl_lite.course.runner import failed_notebooks, run_course
 
     try:
         run_dir = run_course(args.notebooks, profile=args.profile, out_root=args.out, only=args.only)
@@ -37,7 +37,7 @@ def _course(args: argparse.Namespace) -> int:
 
 
 def _exercises(args: argparse.Namespace) -> int:
-    from agentrl_lite.course import build_exercises
+    from agentrl_lite.course.exercises import build_exercises
 
     if not Path(args.solutions).is_dir():
         print(f"No solutions folder at {args.solutions}: run from the repository root or pass --solutions")
@@ -60,7 +60,7 @@ def _exercises(args: argparse.Namespace) -> int:
 
 
 def _strip(args: argparse.Namespace) -> int:
-    from agentrl_lite.course import strip_outputs
+    from agentrl_lite.course.exercises import strip_outputs
 
     dirty = [path for path in map(Path, args.paths) if strip_outputs(path, dry_run=args.check)]
     for path in dirty:
@@ -72,7 +72,7 @@ def _strip(args: argparse.Namespace) -> int:
 
 
 def _data(args: argparse.Namespace) -> int:
-    from agentrl_lite.data import build_all
+    from agentrl_lite.course.data import build_all
 
     for path in build_all(args.out) if args.out else build_all():
         print(f"wrote: {path}")

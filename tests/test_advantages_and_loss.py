@@ -1,4 +1,4 @@
-"""Hand-worked checks of agentrl_lite.rl: advantages, KL estimators, entropy, clipping, aggregation.
+"""Hand-worked checks of agentrl_lite.advantages and agentrl_lite.loss: advantages, KL estimators, entropy, clipping, aggregation.
 
 Every expected number is worked out in the comments next to it. Tolerances: 1e-6 for float32 arithmetic
 on O(1) numbers; the sampling test states its own (a multiple of the exact standard error).
@@ -13,19 +13,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrl_lite.rl import (
-    LossConfig,
+from agentrl_lite.advantages import (
     discounted_returns,
     discounted_turn_advantages,
-    entropy_from_logits,
     frac_reward_zero_std,
     group_advantages,
-    kl_estimate,
-    policy_loss,
     rloo_advantages,
     step_group_advantages,
     turn_token_advantages,
 )
+from agentrl_lite.logprobs import entropy_from_logits
+from agentrl_lite.loss import LossConfig, kl_estimate, policy_loss
 
 TOL = 1e-6
 

@@ -1,4 +1,4 @@
-"""Course machinery: exercise notebooks generated from solutions, and the check cells that grade them.
+"""Exercises (course tooling): exercise notebooks generated from solutions, and the check cells that grade them.
 
 One source of truth. A solution notebook marks each answer with two comment lines, indented like the code:
 

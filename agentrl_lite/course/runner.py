@@ -1,10 +1,11 @@
-"""Execute notebooks with papermill, and run the whole course into `runs/<timestamp>/` with a report.
+"""The notebook runner (course tooling): execute notebooks with papermill, and run the whole course into
+`runs/<timestamp>/` with a report.
 
 `execute_notebook` runs one notebook in a fresh `python3` kernel, in the notebook's own folder (so relative
 paths such as `../data` behave as in JupyterLab), with `AGENTRL_PROFILE` set, and records what went wrong
 cell by cell. `run_course` runs every lesson in order and writes, under `runs/<UTC timestamp>/`:
 the executed notebooks, `plots/<notebook>_<i>.png` (every PNG a notebook displayed), `results/*.json`
-(copies of the results files the lessons wrote, see `utils.write_results`), `runs.json` (status per
+(copies of the results files the lessons wrote, see `course.results.write_results`), `runs.json` (status per
 notebook, for machines) and `report.md` (status and runtime per notebook, headline numbers, plots).
 """
 
@@ -29,8 +30,9 @@ from papermill.execute import ERROR_MARKER_TAG
 from tqdm.auto import tqdm
 
 import agentrl_lite
-from agentrl_lite.course import is_check_cell, is_stub_cell
-from agentrl_lite.utils import device_name, resolve_profile
+from agentrl_lite.course.exercises import is_check_cell, is_stub_cell
+from agentrl_lite.course.profiles import resolve_profile
+from agentrl_lite.course.results import device_name
 
 KERNEL = "python3"
 BUDGET_S = {"smoke": 150, "cpu": 20 * 60, "gpu": 30 * 60}

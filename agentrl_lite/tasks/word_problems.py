@@ -1,6 +1,7 @@
-"""Multi-step word problems for tool-integrated RL (lessons 06–08).
+"""Multi-step word problems (a task family) for tool-integrated RL, lessons 06–08: the generator, the
+splits, and lesson 08's per-turn process reward. `ArithmeticEnv` (`tasks.arithmetic`) serves and scores them.
 
-Plain arithmetic is solved by a cold start alone (COURSE.md §2): once the model has seen a few
+Plain arithmetic is solved by a cold start alone (lesson 01): once the model has seen a few
 demonstrations of "call the calculator on the question's expression", there is nothing left for RL. Here
 the expression is not in the question. The model has to read a short story, pick the numbers, build the
 computation and usually carry an intermediate result into a second call:
@@ -23,8 +24,7 @@ from typing import Any
 
 from agentrl_lite.chat import ToolCall, format_tool_call
 from agentrl_lite.episode import Episode
-from agentrl_lite.rewards import tool_productivity
-from agentrl_lite.rollout import RolloutConfig, rollout
+from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tools import calculator
 
 NAMES = ["Maya", "Omar", "Lena", "Kofi", "Ines", "Ravi", "Yuki", "Tomas", "Amara", "Chen", "Sofia", "Jonas"]
@@ -135,69 +135,6 @@ def word_problem_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], l
     return train, heldout, demos
 
 
-@dataclass
-class WordProblemReport:
-    """Greedy evaluation of a policy on word problems (see `evaluate_word_problems`)."""
-
-    correct: list[float]
-    """(n,) 1.0 where the `<answer>` holds the right number"""
-    tool_calls: list[int]
-    """(n,) calculator calls made per problem"""
-    templates: list[str]
-    """(n,) the template of each problem"""
-    episodes: list[Episode]
-
-    @property
-    def accuracy(self) -> float:
-        return sum(self.correct) / max(1, len(self.correct))
-
-    @property
-    def calls_per_problem(self) -> float:
-        return sum(self.tool_calls) / max(1, len(self.tool_calls))
-
-    @property
-    def labels(self) -> list[str]:
-        """the distinct templates: `TEMPLATES` order first, then other labels (e.g. "easy", "hard" in lesson
-        07) in order of first appearance"""
-        known = [t.key for t in TEMPLATES if t.key in self.templates]
-        return known + [k for k in dict.fromkeys(self.templates) if k not in known]
-
-    def _mean_by_label(self, values: list[float] | list[int]) -> dict[str, float]:
-        return {k: sum(v for v, t in zip(values, self.templates, strict=True) if t == k) / self.templates.count(k)
-                for k in self.labels}
-
-    @property
-    def by_template(self) -> dict[str, float]:
-        """accuracy per template, in the order of `labels`"""
-        return self._mean_by_label(self.correct)
-
-    @property
-    def calls_by_template(self) -> dict[str, float]:
-        """calculator calls per problem, per template, in the order of `labels`"""
-        return self._mean_by_label(self.tool_calls)
-
-    @property
-    def stop_reasons(self) -> dict[str, int]:
-        reasons = [ep.stop_reason for ep in self.episodes]
-        return {r: reasons.count(r) for r in ("answer", "no_answer", "max_turns", "max_tokens") if r in reasons}
-
-    def metrics(self) -> dict[str, Any]:
-        return {"n": len(self.correct), "accuracy": self.accuracy, "calls_per_problem": self.calls_per_problem,
-                "tool_productivity": tool_productivity(self.correct, self.tool_calls),
-                "by_template": self.by_template, "calls_by_template": self.calls_by_template,
-                "stop_reasons": self.stop_reasons}
-
-
-def evaluate_word_problems(model: Any, tokenizer: Any, env: Any, tasks: list[dict[str, Any]],
-                           config: RolloutConfig) -> WordProblemReport:
-    """Run `model` once per task through `env` (its prompt, tools and scoring) and tally accuracy, calls per
-    problem and accuracy per template. Use a greedy `config` (temperature 0) for a held-out number."""
-    episodes = rollout(model, tokenizer, [env.prompt(t) for t in tasks], env.make_toolbox, config, tasks)
-    scores = [env.score(ep) for ep in episodes]
-    return WordProblemReport(correct=[s["correct"] for s in scores], tool_calls=[int(s["tool_calls"]) for s in scores],
-                             templates=[t["template"] for t in tasks], episodes=episodes)
-
-
 def plan_step_rewards(episode: Episode, weight: float = 0.25) -> list[float]:
     """A process reward for lesson 08: one reward per model turn of a word-problem episode.
 
@@ -236,8 +173,6 @@ def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int =
         `SFT_TEMPLATES`. Default {"crates": 8}: lessons 06 and 08 demonstrate change, savings and crates,
         and keep stickers as the template no demonstration shows.
     """
-    from agentrl_lite.data import DATA_DIR, read_jsonl  # lazy: data imports this module to generate files
-
     extra_demos = {"crates": 8} if extra_demos is None else extra_demos
 
     def keep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,21 +1,23 @@
-"""Task generators. Every file under data/ is produced here, deterministically from a seed.
+"""Arithmetic tasks (a task family): generators for the arithmetic files under `data/` and `ArithmeticEnv`,
+the environment of every lesson whose answer is a number (00–04 on arithmetic, 06–08 on word problems).
 
-`python -m agentrl_lite data` rewrites data/; a test regenerates into a temporary folder and checks the
-bytes are identical, so the committed files can always be traced to this code.
+The questions are multi-digit chains the embedded model gets wrong on its own (it answers 17*23 = 381),
+small one-step sums for lesson 04, and identities (`487 * 1`) that need no tool, for lesson 07.
 """
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl_lite.chat import ToolCall, format_tool_call
-from agentrl_lite.utils import REPO_ROOT
+from agentrl_lite.episode import Episode
+from agentrl_lite.rewards import answers_match, last_number
+from agentrl_lite.tools import Toolbox, calculator
 
-DATA_DIR = REPO_ROOT / "data"
+ANSWER_FORMAT = "Give the final answer as a number inside <answer></answer> tags, e.g. <answer>42</answer>."
 
 
 def _arithmetic_task(rng: random.Random, min_ops: int, max_ops: int) -> dict[str, Any]:
@@ -114,80 +116,42 @@ def calculator_demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
-def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Synthetic function-calling tasks (lesson 05): 480 for RL, 120 held out, and 64 SFT demonstrations of
-    every category (irrelevance included, but only a few). All three are disjoint by request text.
+@dataclass
+class ArithmeticEnv:
+    """Arithmetic questions and word problems, optionally with a calculator tool (an `Environment`).
 
-    The demonstrations show every category because GRPO can only reinforce what the policy already samples:
-    a cold start that never writes a second call gives parallel groups no spread in the number of calls
-    (lesson 05's probes, `results/05_probe_*.json`)."""
-    from agentrl_lite.synthetic_calls import demonstration, function_calling_tasks
+    Scoring is strict: correct means an `<answer>` tag holding the right number. `lenient_correct` also
+    accepts the last number of the completion, to separate "cannot compute" from "ignores the format".
+    """
 
-    train = function_calling_tasks(480, seed=21, prefix="fc-train")
-    heldout = function_calling_tasks(120, seed=22, exclude={t["question"] for t in train}, prefix="fc-heldout")
-    seen = {t["question"] for t in train + heldout}
-    sft_tasks = function_calling_tasks(64, seed=23, exclude=seen,
-                                       weights={"simple": .25, "multiple": .25, "parallel": .2,
-                                                "parallel_multiple": .2, "irrelevance": .1},
-                                       prefix="fc-sft")
-    demos = [{**t, "demonstration": demonstration(t)} for t in sft_tasks]
-    return train, heldout, demos
+    tools: list[Callable] = field(default_factory=lambda: [calculator])
+    """tools offered to the policy; empty for the no-tool baseline"""
+    instructions: str | None = None
+    """the system prompt, replacing the default one (which asks for the `<answer>` format)"""
 
+    @property
+    def system_prompt(self) -> str:
+        if self.instructions is not None:
+            return self.instructions
+        if self.tools:
+            return f"You are a careful assistant. Use the tools to compute. {ANSWER_FORMAT}"
+        return f"You are a careful assistant. {ANSWER_FORMAT}"
 
-def word_problem_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Multi-step word problems (lessons 06–08); see `agentrl_lite.word_problems`."""
-    from agentrl_lite.word_problems import word_problem_splits as splits
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": task["question"]}]
 
-    return splits()
+    def toolbox_for(self, task: dict[str, Any] | None = None) -> Toolbox | None:
+        """A fresh toolbox with `tools` (the same for every task, so `task` may be left out), or None."""
+        return Toolbox(self.tools) if self.tools else None
 
-
-def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8", newline="\n") as f:
-        for row in rows:
-            f.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
-    """Regenerate every data file. Seeds are fixed here, so the output is byte-identical every time."""
-    data_dir = Path(data_dir)
-    train = arithmetic_tasks(512, seed=1)
-    heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
-    demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
-    small_train, small_heldout = small_arithmetic_tasks()
-    identity_train, identity_heldout = identity_arithmetic_tasks()
-    calls_train, calls_heldout, calls_sft = function_calling_splits()
-    words_train, words_heldout, words_sft = word_problem_splits()
-    files = {
-        "arithmetic_train.jsonl": train,
-        "arithmetic_heldout.jsonl": heldout,
-        "arithmetic_sft.jsonl": demos,
-        "small_arithmetic_train.jsonl": small_train,
-        "small_arithmetic_heldout.jsonl": small_heldout,
-        "identity_arithmetic_train.jsonl": identity_train,
-        "identity_arithmetic_heldout.jsonl": identity_heldout,
-        "toolcall_train.jsonl": calls_train,
-        "toolcall_heldout.jsonl": calls_heldout,
-        "toolcall_sft.jsonl": calls_sft,
-        "word_problems_train.jsonl": words_train,
-        "word_problems_heldout.jsonl": words_heldout,
-        "word_problems_sft.jsonl": words_sft,
-    }
-    for name, rows in files.items():
-        write_jsonl(data_dir / name, rows)
-    return [data_dir / name for name in files]
-
-
-def load_dataset(name: str, data_dir: Path | str = DATA_DIR):
-    """Load `data/<name>.jsonl` as a `datasets.Dataset` (no network; a clear error if it is missing)."""
-    import datasets
-
-    path = Path(data_dir) / f"{name}.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found. Regenerate the data with: python -m agentrl_lite data")
-    return datasets.Dataset.from_json(str(path))
+    def score(self, task: dict[str, Any], episode: Episode) -> dict[str, float]:
+        """correct: the `<answer>` equals the gold answer (`rewards.answers_match`); lenient_correct: the
+        answer, or else the last number of the last model turn, does; formatted: an `<answer>` was given."""
+        last_text = episode.model_turns[-1].content if episode.model_turns else ""
+        lenient = episode.answer or last_number(last_text)  # an empty <answer></answer> falls back too
+        return {
+            "correct": float(answers_match(episode.answer, task["answer"])),
+            "lenient_correct": float(answers_match(lenient, task["answer"])),
+            "formatted": float(episode.answer is not None),
+            "tool_calls": float(episode.num_tool_calls),
+        }

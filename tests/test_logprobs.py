@@ -2,8 +2,8 @@
 
 import torch
 
+from agentrl_lite.logprobs import token_logprobs
 from agentrl_lite.models import tiny_policy
-from agentrl_lite.scoring import token_logprobs
 
 
 def test_matches_full_forward_on_the_masked_positions_only():

@@ -1,4 +1,5 @@
-"""Synthetic function-calling tasks for training, in BFCL's format but disjoint from BFCL.
+"""Function-calling tasks (a task family): synthetic training tasks in BFCL's format, and `FunctionCallEnv`,
+the environment that serves them and BFCL's own entries (lesson 05).
 
 ToolRL trains on a mix of public function-calling sets; we have no hub, so we generate tasks from a small
 catalogue of typed functions with request templates. Each task looks exactly like a BFCL entry (so the
@@ -17,8 +18,14 @@ are our own; `tests/test_synthetic_calls.py` checks that no name or request coin
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from agentrl_lite.chat import ToolCall, format_tool_call
+from agentrl_lite.episode import Episode
+from agentrl_lite.tasks.bfcl import SYSTEM_PROMPT, check_text, tool_schema
+from agentrl_lite.tools import Toolbox
 
 CATEGORY_WEIGHTS = {"simple": 0.3, "multiple": 0.25, "parallel": 0.15, "parallel_multiple": 0.15,
                     "irrelevance": 0.15}
@@ -269,10 +276,67 @@ def function_calling_tasks(n: int, seed: int, weights: dict[str, float] | None =
 def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     """The ideal single-turn answer as a conversation: the gold calls as `<tool_call>` blocks, or a plain
     refusal when no offered function fits."""
-    from agentrl_lite.chat import ToolCall, format_tool_call
-
     if task["gold_calls"]:
         reply = "\n".join(format_tool_call(ToolCall(c["name"], c["arguments"])) for c in task["gold_calls"])
     else:
         reply = "None of the available functions can do that."
     return [*task["messages"], {"role": "assistant", "content": reply}]
+
+
+def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Synthetic function-calling tasks (lesson 05): 480 for RL, 120 held out, and 64 SFT demonstrations of
+    every category (irrelevance included, but only a few). All three are disjoint by request text.
+
+    The demonstrations show every category because GRPO can only reinforce what the policy already samples:
+    a cold start that never writes a second call gives parallel groups no spread in the number of calls
+    (lesson 05's probes, `results/05_probe_*.json`)."""
+    train = function_calling_tasks(480, seed=21, prefix="fc-train")
+    heldout = function_calling_tasks(120, seed=22, exclude={t["question"] for t in train}, prefix="fc-heldout")
+    seen = {t["question"] for t in train + heldout}
+    sft_tasks = function_calling_tasks(64, seed=23, exclude=seen,
+                                       weights={"simple": .25, "multiple": .25, "parallel": .2,
+                                                "parallel_multiple": .2, "irrelevance": .1},
+                                       prefix="fc-sft")
+    demos = [{**t, "demonstration": demonstration(t)} for t in sft_tasks]
+    return train, heldout, demos
+
+
+# --- the environment -------------------------------------------------------------------------------------
+
+
+class SchemaToolbox(Toolbox):
+    """Tools known only by their schemas: rendered into the prompt, parsed when called, never executed.
+
+    A single-turn function-calling episode records the calls the policy wrote; what they would return does
+    not matter for scoring, so every well-formed call is answered with "(not executed)" (a malformed one
+    still gets its parse error, as in any `Toolbox`).
+    """
+
+    def __init__(self, functions: Sequence[dict[str, Any]]) -> None:
+        self.functions = {}
+        self.schemas = [tool_schema(f) for f in functions]
+
+    def execute(self, call: ToolCall) -> str:
+        return "(not executed)"
+
+
+@dataclass
+class FunctionCallEnv:
+    """BFCL entries, or synthetic tasks in the same format, as an `Environment`: the request, the task's
+    functions as tools (`SchemaToolbox`), one model turn, scored by BFCL's AST checker
+    (`agentrl_lite.tasks.bfcl.check`)."""
+
+    instructions: str = SYSTEM_PROMPT
+    """the system prompt; the tool schemas are rendered after it by the chat template"""
+
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.instructions}, *task["messages"]]
+
+    def toolbox_for(self, task: dict[str, Any]) -> SchemaToolbox:
+        return SchemaToolbox(task["functions"])
+
+    def score(self, task: dict[str, Any], episode: Episode) -> dict[str, Any]:
+        """correct: the policy's reply passes the checker; error_type: the first rule it broke ("" if none)."""
+        result = check_text(task, "".join(turn.content for turn in episode.model_turns))
+        return {"correct": float(result.valid), "error_type": result.error_type,
+                "tool_calls": float(episode.num_tool_calls)}

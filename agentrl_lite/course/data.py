@@ -1,0 +1,60 @@
+"""The data files (course tooling): every file under `data/` is produced here, deterministically from the
+task families' generators (`agentrl_lite.tasks`) and fixed seeds.
+
+`agentrl-lite data` (or `make data`) rewrites data/; a test regenerates into a temporary folder and checks
+the bytes are identical, so the committed files can always be traced to this code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentrl_lite.tasks import DATA_DIR, write_jsonl
+from agentrl_lite.tasks.arithmetic import (
+    arithmetic_tasks,
+    calculator_demonstration,
+    identity_arithmetic_tasks,
+    small_arithmetic_tasks,
+)
+from agentrl_lite.tasks.function_calls import function_calling_splits
+from agentrl_lite.tasks.word_problems import word_problem_splits
+
+
+def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
+    """Regenerate every data file. Seeds are fixed here, so the output is byte-identical every time."""
+    data_dir = Path(data_dir)
+    train = arithmetic_tasks(512, seed=1)
+    heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
+    demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
+    small_train, small_heldout = small_arithmetic_tasks()
+    identity_train, identity_heldout = identity_arithmetic_tasks()
+    calls_train, calls_heldout, calls_sft = function_calling_splits()
+    words_train, words_heldout, words_sft = word_problem_splits()
+    files = {
+        "arithmetic_train.jsonl": train,
+        "arithmetic_heldout.jsonl": heldout,
+        "arithmetic_sft.jsonl": demos,
+        "small_arithmetic_train.jsonl": small_train,
+        "small_arithmetic_heldout.jsonl": small_heldout,
+        "identity_arithmetic_train.jsonl": identity_train,
+        "identity_arithmetic_heldout.jsonl": identity_heldout,
+        "toolcall_train.jsonl": calls_train,
+        "toolcall_heldout.jsonl": calls_heldout,
+        "toolcall_sft.jsonl": calls_sft,
+        "word_problems_train.jsonl": words_train,
+        "word_problems_heldout.jsonl": words_heldout,
+        "word_problems_sft.jsonl": words_sft,
+    }
+    for name, rows in files.items():
+        write_jsonl(data_dir / name, rows)
+    return [data_dir / name for name in files]
+
+
+def load_dataset(name: str, data_dir: Path | str = DATA_DIR):
+    """Load `data/<name>.jsonl` as a `datasets.Dataset` (no network; a clear error if it is missing)."""
+    import datasets
+
+    path = Path(data_dir) / f"{name}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found. Regenerate the data with: agentrl-lite data")
+    return datasets.Dataset.from_json(str(path))

@@ -1,0 +1,108 @@
+"""The package's structure: no import cycles, the RL core apart from task families and course tooling, one
+Environment protocol that every environment implements, and no probing of environments for methods."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import agentrl_lite
+from agentrl_lite.env import Environment
+from agentrl_lite.tasks.arithmetic import ArithmeticEnv
+from agentrl_lite.tasks.function_calls import FunctionCallEnv
+
+PACKAGE = Path(agentrl_lite.__file__).resolve().parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(name: str) -> set[str]:
+    """The package modules `name` imports anywhere in its file (top level or inside a function)."""
+    path = MODULES[name]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        found |= {t for t in targets if t in MODULES and t != name}
+    return found
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def test_the_package_has_no_import_cycle():
+    done, on_path = set(), []
+
+    def visit(name: str) -> None:
+        if name in on_path:
+            cycle = on_path[on_path.index(name):] + [name]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        if name in done:
+            return
+        on_path.append(name)
+        for target in sorted(GRAPH[name]):
+            visit(target)
+        on_path.pop()
+        done.add(name)
+
+    for name in sorted(GRAPH):
+        visit(name)
+
+
+def test_a_cycle_would_be_found():
+    """The cycle check itself can fail: a graph with a loop is reported."""
+    global GRAPH
+    saved = GRAPH
+    GRAPH = {**saved, "agentrl_lite.env": saved["agentrl_lite.env"] | {"agentrl_lite.grpo"}}
+    try:
+        with pytest.raises(pytest.fail.Exception, match="import cycle"):
+            test_the_package_has_no_import_cycle()
+    finally:
+        GRAPH = saved
+
+
+def layer(name: str) -> str:
+    if name.startswith("agentrl_lite.course"):
+        return "course"
+    if name.startswith("agentrl_lite.tasks"):
+        return "tasks"
+    return "core"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n not in ("agentrl_lite", "agentrl_lite.__main__")))
+def test_the_rl_core_does_not_depend_on_tasks_or_course_and_tasks_not_on_course(name):
+    allowed = {"core": {"core"}, "tasks": {"core", "tasks"}, "course": {"core", "tasks", "course"}}[layer(name)]
+    wrong = sorted(t for t in GRAPH[name] if layer(t) not in allowed)
+    assert not wrong, f"{name} ({layer(name)}) imports {wrong}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_opens_with_a_docstring(name):
+    docstring = ast.get_docstring(ast.parse(MODULES[name].read_text()))
+    assert docstring and len(docstring) > 40, f"{name} has no opening docstring saying what it is"
+
+
+def test_nothing_probes_an_environment_for_methods():
+    probes = [f"{p.relative_to(PACKAGE.parent)}:{i}" for p in MODULES.values()
+              for i, line in enumerate(p.read_text().splitlines(), 1)
+              if re.search(r"(getattr|hasattr)\(\s*(self\.)?env\b", line)]
+    assert not probes, probes
+
+
+@pytest.mark.parametrize("env", [ArithmeticEnv(), ArithmeticEnv(tools=[]), FunctionCallEnv()],
+                         ids=["arithmetic", "arithmetic-no-tools", "function-calls"])
+def test_every_environment_implements_the_protocol(env):
+    assert isinstance(env, Environment)
