@@ -16,6 +16,8 @@ SCALE_REWARDS = ("group", "batch", "none")
 """what centred rewards are divided by: the group's std, the batch's std, or nothing (Dr. GRPO)"""
 CREDITS = ("broadcast", "discounted", "step_group")
 """how an episode's reward reaches its turns (see `agentrl_lite.advantages`)"""
+ENGINES = ("kv_cache", "generate")
+"""how the rollout samples a turn (see `agentrl_lite.rollout.RolloutConfig.engine`)"""
 REPORT_TO = (None, "tensorboard", "trackio")
 """where the GRPO trainer also sends its metrics"""
 

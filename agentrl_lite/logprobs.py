@@ -2,14 +2,49 @@
 loss needs, and the policy's entropy where it acted.
 
 Both SFT and RL need per-token log-probabilities of given sequences, on a subset of positions (assistant or
-policy tokens). The vocabulary projection is the most expensive part of a small model's forward pass
-(49k × hidden for every position), so we project only the positions whose next token is scored.
+policy tokens). Two savings, both exact:
+- the vocabulary projection is the most expensive part of a small model's forward pass (49k × hidden for
+  every position), so only the positions whose next token is scored are projected;
+- the rows of a GRPO batch start with the same prompt (the system prompt and tool schemas at least, the whole
+  prompt within a group), so that shared prefix is run once and its keys and values are repeated to every row
+  (`share_prefix`); the gradient flows back through the repetition into the one prefix pass.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import PreTrainedModel
+
+PREFIX_MIN_TOKENS = 16
+"""a shared prefix shorter than this is run with the rest (a separate pass would not pay for itself)"""
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, first_scored: int) -> int:
+    """How many leading tokens every row has in common (all real tokens), at most `first_scored`: the prefix never
+    contains a scored token, though its last position may predict one."""
+    same = (input_ids == input_ids[:1]).all(0) & attention_mask.bool().all(0)
+    differs = (~same).nonzero()
+    common = int(differs[0]) if differs.numel() else input_ids.shape[1]
+    return min(common, first_scored)
+
+
+def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor,
+            share_prefix: bool) -> torch.Tensor:
+    """(batch, len(keep), vocab) logits at positions `keep`, with the shared prefix run once when it pays."""
+    rows = input_ids.shape[0]
+    prefix = shared_prefix_length(input_ids, attention_mask, int(keep[0]) + 1) if share_prefix and rows > 1 else 0
+    if prefix < PREFIX_MIN_TOKENS:
+        return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
+    head = model(input_ids=input_ids[:1, :prefix], use_cache=True, logits_to_keep=1)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(rows)  # differentiable: every row's gradient reaches the one prefix pass
+    tail_keep = keep[keep >= prefix] - prefix
+    positions = torch.arange(prefix, input_ids.shape[1], device=input_ids.device).expand(rows, -1)
+    tail = model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions,
+                 past_key_values=cache, use_cache=True, logits_to_keep=tail_keep).logits
+    if keep[0] == prefix - 1:  # the prefix's last position predicts the first scored token
+        return torch.cat([head.logits.expand(rows, -1, -1), tail], dim=1)
+    return tail
 
 
 def token_logprobs(
@@ -19,6 +54,7 @@ def token_logprobs(
     score_mask: torch.Tensor,
     temperature: float = 1.0,
     return_entropy: bool = False,
+    share_prefix: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities, computed only where needed.
 
@@ -27,6 +63,7 @@ def token_logprobs(
         attention_mask: (batch, seq) int — 1 on real tokens, 0 on padding
         score_mask: (batch, seq) int — 1 on tokens to score (e.g. model_mask); position 0 is never scored
         temperature: logits are divided by it, as at sampling time
+        share_prefix: run the rows' common prefix once (exact; False runs every row whole)
 
     Returns:
         (batch, seq) float — log π(input_ids[:, t] | input_ids[:, :t]) where score_mask is 1, else 0;
@@ -38,7 +75,7 @@ def token_logprobs(
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     entropy = torch.zeros_like(out)
     if keep.numel() > 0:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
+        logits = _logits(model, input_ids, attention_mask, keep, share_prefix)
         all_logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)  # (batch, kept, vocab)
         targets = input_ids[:, keep + 1]  # (batch, kept)
         out[:, keep + 1] = all_logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * needed[:, keep]

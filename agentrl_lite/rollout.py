@@ -1,8 +1,9 @@
 """Rollout (pipeline stage: task → episode): the policy acts, tools answer, until an answer or a budget ends
 the episode.
 
-One call runs many episodes at once. Each round samples one model turn for every unfinished episode in a
-single batched `generate`, then executes the tool calls each turn made and appends the tool responses:
+One call runs many episodes at once. Each round samples one model turn for every unfinished episode with the
+sampling engine (`agentrl_lite.engine`: each episode's KV cache is kept from turn to turn, the shared prompt
+prefix is run once), then executes the tool calls each turn made and appends the tool responses:
 
     prompt | model turn | tool turn | model turn | ... | end
 
@@ -23,6 +24,8 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.chat import encode_prompt, end_of_turn_id, environment_text, extract_answer, has_tool_call
+from agentrl_lite.choices import ENGINES, check_choice
+from agentrl_lite.engine import Engine
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode, Turn
 from agentrl_lite.tools import Toolbox
@@ -43,19 +46,25 @@ class RolloutConfig:
     top_p: float = 1.0
     """nucleus sampling; keep 1.0 for RL so the recorded distribution is the one sampled from"""
     batch_size: int = 32
-    """episodes sampled together in one generate call"""
+    """episodes sampled together"""
+    engine: str = "kv_cache"
+    """"kv_cache": `agentrl_lite.engine` (cache kept across turns, shared prefix run once); "generate": one
+    `model.generate` call per turn over the whole episode (the reference the engine is tested against)"""
     progress: bool = True
     """show a tqdm bar over turns"""
 
+    def __post_init__(self) -> None:
+        check_choice("engine", self.engine, ENGINES)
+
 
 @torch.no_grad()
-def sample_turns(
+def generate_turns(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     sequences: list[list[int]],
     config: RolloutConfig,
 ) -> list[tuple[list[int], list[float], bool]]:
-    """Sample one turn for each sequence, in one batched call.
+    """Sample one turn for each sequence with `model.generate` (the `engine="generate"` path), in one call.
 
     Returns, per sequence: (new token ids, their logprobs, finished) where finished means the turn
     ended with the end-of-turn token (which is included in the new ids).
@@ -132,6 +141,7 @@ def rollout(
             ep.stop_reason = "max_tokens"
         episodes.append(ep)
 
+    engine = Engine(model, tokenizer.pad_token_id, end_of_turn_id(tokenizer))
     bar = tqdm(total=config.max_turns, desc="rollout turns", disable=not config.progress, leave=False)
     for turn_index in range(config.max_turns):
         active = [i for i, ep in enumerate(episodes) if ep.stop_reason is None]
@@ -139,10 +149,17 @@ def rollout(
             break
         for chunk_start in range(0, len(active), config.batch_size):
             chunk = active[chunk_start:chunk_start + config.batch_size]
-            sampled = sample_turns(model, tokenizer, [episodes[i].token_ids for i in chunk], config)
+            sequences = [episodes[i].token_ids for i in chunk]
+            if config.engine == "generate":
+                sampled = generate_turns(model, tokenizer, sequences, config)
+            else:
+                sampled = [(s.token_ids, s.logprobs, s.finished) for s in engine.sample_turn(
+                    chunk, sequences, config.max_new_tokens, config.temperature, config.top_p)]
             for i, (new_ids, new_lp, finished) in zip(chunk, sampled, strict=True):
                 step(episodes[i], toolboxes[i], tokenizer, new_ids, new_lp, finished,
                      last_turn=turn_index == config.max_turns - 1, config=config)
+                if episodes[i].stop_reason is not None:
+                    engine.release(i)  # the episode ended: its cache is not needed again
         bar.update(1)
     bar.close()
     model.train(was_training)

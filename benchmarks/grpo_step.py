@@ -11,8 +11,11 @@ Two configurations:
 - multi-turn: the same with the calculator tool (TRL `tools=`; ours: the rollout engine), ≤2 tool calls,
   from a policy that was first given the cold-start SFT of lesson 01 so that tool calls actually happen.
 
-It also measures rollout throughput (generated tokens/s) at batch 8 and 32 against this machine's
-matmul-bound figure. Usage:
+It also measures rollout throughput (generated tokens/s) at batch 8, 32 and 64, for single-turn episodes and
+3-turn episodes with the calculator, with the sampling engine (`engine="kv_cache"`) and with `model.generate`
+(`engine="generate"`, the old path) interleaved, against this machine's matmul-bound figure (2 × parameters
+FLOPs per token at the measured 1024² matmul rate); and the peak RSS of a batch-64 rollout with each engine,
+each in a fresh process. Usage:
 
     python benchmarks/grpo_step.py [--steps 4] [--out results/bench_grpo_step.json]
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -126,13 +130,41 @@ def matmul_gflops() -> float:
     return 2 * 1024**3 * n / (time.perf_counter() - start) / 1e9
 
 
-def rollout_throughput(model, tokenizer, env, tasks, batch: int) -> float:
-    config = RolloutConfig(max_turns=1, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, batch_size=batch,
-                           progress=False)
-    prompts = [env.prompt(t) for t in tasks[:batch]]
+def rollout_throughput(model, tokenizer, env, tasks, batch: int, engine: str, max_turns: int = 1) -> dict:
+    """Generated tokens per second of one rollout of `batch` episodes (one per distinct task), and its stops."""
+    config = RolloutConfig(max_turns=max_turns, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, batch_size=batch,
+                           progress=False, engine=engine)
+    chosen = tasks[:batch]
     start = time.perf_counter()
-    episodes = rollout(model, tokenizer, prompts, None, config)
-    return sum(ep.num_model_tokens for ep in episodes) / (time.perf_counter() - start)
+    episodes = rollout(model, tokenizer, [env.prompt(t) for t in chosen], [env.toolbox_for(t) for t in chosen], config)
+    seconds = time.perf_counter() - start
+    tokens = sum(ep.num_model_tokens for ep in episodes)
+    return {"tokens_per_s": tokens / seconds, "seconds": seconds, "generated_tokens": tokens,
+            "model_turns_per_episode": float(np.mean([len(ep.model_turns) for ep in episodes]))}
+
+
+def peak_rss_of_rollout(engine: str, batch: int = 64) -> dict:
+    """Peak resident memory of a fresh process that loads the model and runs one batch-`batch` rollout, and of one
+    that only loads the model (so the difference is the rollout's)."""
+    out = {}
+    for label, code in (("model_only", "pass"), ("rollout", f"rollout_for_rss({engine!r}, {batch})")):
+        # VmHWM, not getrusage: a child's ru_maxrss starts at its parent's resident size, which fork copies
+        script = ("import re, sys; sys.path.insert(0, 'benchmarks'); from grpo_step import rollout_for_rss; "
+                  f"{code}; print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))")
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+        out[f"{label}_peak_rss_mb"] = int(result.stdout.strip().splitlines()[-1]) / 1024
+    out["rollout_extra_mb"] = out["rollout_peak_rss_mb"] - out["model_only_peak_rss_mb"]
+    return out
+
+
+def rollout_for_rss(engine: str, batch: int) -> None:
+    """A batch-`batch` single-turn rollout of distinct tasks (the measured work of `peak_rss_of_rollout`)."""
+    torch.manual_seed(0)
+    model, tokenizer = load_policy()
+    env = ArithmeticEnv(tools=[])
+    tasks = read_jsonl(DATA_DIR / "arithmetic_train.jsonl")[:batch]
+    rollout(model, tokenizer, [env.prompt(t) for t in tasks], None,
+            RolloutConfig(max_turns=1, max_new_tokens=MAX_NEW_TOKENS, batch_size=batch, progress=False, engine=engine))
 
 
 def main() -> None:
@@ -140,7 +172,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="timed steps per trainer (after one warm-up)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="bench_grpo_step", help="results/<name>.json")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="only the peak RSS of a batch-64 rollout per engine (results/<name>.json)")
     args = parser.parse_args()
+    if args.memory_only:
+        metrics = {"peak_rss_batch64": {engine: peak_rss_of_rollout(engine) for engine in ("generate", "kv_cache")}}
+        print(metrics)
+        path = write_results(args.name, metrics, profile="cpu", model="SmolLM2-135M-Instruct (embedded)",
+                             seed=args.seed, command="python " + " ".join(shlex.quote(a) for a in sys.argv))
+        print("wrote", path)
+        return
     torch.set_num_threads(torch.get_num_threads())
     seed_everything(args.seed)
     model, tokenizer = load_policy()
@@ -156,9 +197,22 @@ def main() -> None:
     gflops = matmul_gflops()
     metrics["matmul_gflops"] = gflops
     metrics["matmul_bound_tokens_per_s"] = gflops * 1e9 / flops_per_token
-    for batch in (8, 32):
-        metrics[f"rollout_tokens_per_s_batch{batch}"] = rollout_throughput(model, tokenizer, no_tools, tasks, batch)
-    print({k: v for k, v in metrics.items() if "tokens_per_s" in k or "gflops" in k}, flush=True)
+    calculator_env = ArithmeticEnv()
+    throughput: dict = {}
+    for batch in (8, 32, 64):
+        for turns, env in ((1, no_tools), (3, calculator_env)):
+            for engine in ("generate", "kv_cache"):  # interleaved: the same machine state for both engines
+                row = rollout_throughput(model, tokenizer, env, tasks, batch, engine, turns)
+                throughput[f"batch{batch}_turns{turns}_{engine}"] = row
+            new, old = throughput[f"batch{batch}_turns{turns}_kv_cache"], throughput[f"batch{batch}_turns{turns}_generate"]
+            new["speedup_over_generate"] = new["tokens_per_s"] / old["tokens_per_s"]
+            new["share_of_matmul_bound"] = new["tokens_per_s"] / metrics["matmul_bound_tokens_per_s"]
+            print(f"batch {batch}, {turns} turn(s): generate {old['tokens_per_s']:.0f} tok/s, kv_cache "
+                  f"{new['tokens_per_s']:.0f} tok/s ({new['share_of_matmul_bound']:.0%} of the bound)", flush=True)
+    metrics["rollout_throughput"] = throughput
+    metrics["rollout_share_of_matmul_bound_batch32"] = throughput["batch32_turns1_kv_cache"]["share_of_matmul_bound"]
+    metrics["peak_rss_batch64"] = {engine: peak_rss_of_rollout(engine) for engine in ("generate", "kv_cache")}
+    print("peak RSS:", metrics["peak_rss_batch64"], flush=True)
 
     env = ArithmeticEnv()
     demos = [[{"role": "system", "content": env.system_prompt}] + d["messages"]

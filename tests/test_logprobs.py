@@ -1,8 +1,10 @@
-"""Scoring only the needed positions gives the same log-probabilities as a full forward pass."""
+"""Scoring only the needed positions, and running a shared prefix once, give the same log-probabilities (and
+gradients) as a full forward pass."""
 
+import pytest
 import torch
 
-from agentrl_lite.logprobs import token_logprobs
+from agentrl_lite.logprobs import shared_prefix_length, token_logprobs
 from agentrl_lite.models import tiny_policy
 
 
@@ -35,3 +37,29 @@ def test_entropy_at_scored_positions():
         logits = model(input_ids=input_ids).logits[:, :-1]
     expected = torch.distributions.Categorical(logits=logits).entropy()[:, 4:]
     assert torch.allclose(entropy[:, 5:], expected, atol=1e-4) and (entropy[:, :5] == 0).all()
+
+
+@pytest.mark.parametrize("first_scored", [40, 43])
+def test_the_shared_prefix_pass_equals_running_every_row_whole(first_scored):
+    """Rows that start with the same 40 tokens (a GRPO batch's prompt): the prefix runs once, its cache is repeated
+    to every row, and values, entropies and gradients equal the plain pass within float precision."""
+    model, tokenizer = tiny_policy(seed=0, init_std=0.5)
+    generator = torch.Generator().manual_seed(0)
+    prefix = torch.randint(5, 200, (40,), generator=generator)
+    rows = [torch.cat([prefix, torch.randint(5, 200, (n,), generator=generator)]) for n in (10, 25, 7, 30, 12)]
+    width = max(len(r) for r in rows)
+    ids = torch.stack([torch.cat([r, torch.full((width - len(r),), tokenizer.pad_token_id)]) for r in rows])
+    attention = torch.stack([(torch.arange(width) < len(r)).long() for r in rows])
+    score = attention.clone()
+    score[:, :first_scored] = 0
+    assert shared_prefix_length(ids, attention, first_scored) == 40
+    results = {}
+    for share in (False, True):
+        model.zero_grad()
+        values, entropy = token_logprobs(model, ids, attention, score, 0.9, return_entropy=True, share_prefix=share)
+        values.sum().backward()
+        results[share] = values.detach(), entropy, {n: p.grad.clone() for n, p in model.named_parameters()}
+    torch.testing.assert_close(results[True][0], results[False][0], atol=5e-5, rtol=0)
+    torch.testing.assert_close(results[True][1], results[False][1], atol=5e-5, rtol=0)
+    for name, grad in results[False][2].items():
+        assert (results[True][2][name] - grad).norm() <= 1e-4 * grad.norm() + 1e-6, name

@@ -1,0 +1,150 @@
+"""The sampling engine: greedy decoding writes what `model.generate` writes, sampled log-probabilities equal a
+fresh forward pass, and hostile episodes (a malformed call, an empty tool result, a turn cut by the budget)
+end exactly as they do with `generate`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl_lite.chat import end_of_turn_id
+from agentrl_lite.engine import Engine, sample_tokens
+from agentrl_lite.models import tiny_policy
+from agentrl_lite.rollout import RolloutConfig, rollout
+from agentrl_lite.sft import SFTConfig, sft
+from agentrl_lite.tools import Toolbox
+
+
+def lookup(key: str) -> str:
+    """Look a key up in an empty table.
+
+    Args:
+        key: the key to look up
+    """
+    return ""
+
+
+SYSTEM = {"role": "system", "content": "You are a careful assistant. Use the tools."}
+MALFORMED = '<tool_call>\n{"name": "lookup", "arguments": {"key": "x"}\n</tool_call>'  # one brace short
+CALL = '<tool_call>\n{"name": "lookup", "arguments": {"key": "x"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def scripted():
+    """A tiny model fine-tuned until it greedily replays: a malformed call, a good call (empty result), an answer."""
+    model, tokenizer = tiny_policy(seed=0)
+    toolbox = Toolbox([lookup])
+    (_, errors) = toolbox.run(MALFORMED)
+    conversation = [SYSTEM, {"role": "user", "content": "Find x."},
+                    {"role": "assistant", "content": MALFORMED}, {"role": "tool", "content": errors[0]},
+                    {"role": "assistant", "content": CALL}, {"role": "tool", "content": ""},
+                    {"role": "assistant", "content": "<answer>none</answer>"}]
+    losses = sft(model, tokenizer, [conversation], toolbox.schemas, SFTConfig(steps=120, batch_size=1, lr=3e-3,
+                                                                               progress=False))
+    assert losses[-1] < 0.05 * losses[0], "the tiny model did not memorise the script"
+    return model, tokenizer
+
+
+def run(model, tokenizer, prompts, engine, **config):
+    settings = dict(max_turns=3, max_new_tokens=48, temperature=0.0, progress=False, engine=engine)
+    return rollout(model, tokenizer, prompts, lambda: Toolbox([lookup]), RolloutConfig(**{**settings, **config}))
+
+
+def assert_same_episodes(a, b):
+    for x, y in zip(a, b, strict=True):
+        assert x.token_ids == y.token_ids
+        assert x.model_mask == y.model_mask and x.stop_reason == y.stop_reason
+        assert [t.tool_results for t in x.turns] == [t.tool_results for t in y.turns]
+        torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)
+
+
+def test_the_hostile_script_replays_identically_with_both_engines(scripted):
+    model, tokenizer = scripted
+    prompts = [[SYSTEM, {"role": "user", "content": "Find x."}]] * 2
+    ours, reference = run(model, tokenizer, prompts, "kv_cache"), run(model, tokenizer, prompts, "generate")
+    assert_same_episodes(ours, reference)
+    episode = ours[0]
+    tool_results = [t.tool_results for t in episode.turns if t.role == "tool"]
+    assert tool_results[0][0].startswith("Error:") and tool_results[1] == [""]  # parse error, then an empty result
+    assert episode.stop_reason == "answer" and episode.answer == "none" and len(episode.model_turns) == 3
+
+
+@pytest.mark.parametrize("budget, reason", [(12, "max_tokens"), (48, "max_turns")])
+def test_budgets_end_the_script_with_the_same_reason(scripted, budget, reason):
+    model, tokenizer = scripted
+    prompts = [[SYSTEM, {"role": "user", "content": "Find x."}]]
+    turns = 3 if budget == 12 else 2  # 12 tokens cut the first call mid-turn; 2 turns end on the second call
+    ours = run(model, tokenizer, prompts, "kv_cache", max_new_tokens=budget, max_turns=turns)
+    assert_same_episodes(ours, run(model, tokenizer, prompts, "generate", max_new_tokens=budget, max_turns=turns))
+    assert ours[0].stop_reason == reason
+
+
+def test_greedy_equals_generate_on_distinct_and_repeated_prompts():
+    model, tokenizer = tiny_policy(seed=3, init_std=0.5)
+    questions = ["What is 2 + 2?", "Name a colour.", "What is 17 * 23?", "Say hi."]
+    prompts = [[SYSTEM, {"role": "user", "content": q}] for q in questions for _ in range(2)]  # groups of two
+    ours = run(model, tokenizer, prompts, "kv_cache", max_new_tokens=16, max_turns=2)
+    assert_same_episodes(ours, run(model, tokenizer, prompts, "generate", max_new_tokens=16, max_turns=2))
+
+
+def fresh_logprobs(model, token_ids, temperature):
+    ids = torch.tensor([token_ids])
+    logits = model(input_ids=ids).logits[0, :-1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+
+
+def test_sampled_logprobs_equal_a_fresh_forward_with_a_shared_prefix_and_groups():
+    model, tokenizer = tiny_policy(seed=4, init_std=0.5)
+    torch.manual_seed(0)
+    prompts = [[SYSTEM, {"role": "user", "content": q}] for q in ("a", "bb b", "c c c c c") for _ in range(3)]
+    episodes = run(model, tokenizer, prompts, "kv_cache", temperature=0.8, max_new_tokens=20, batch_size=4)
+    with torch.no_grad():
+        for ep in episodes:
+            mask = torch.tensor(ep.model_mask[1:], dtype=torch.bool)
+            fresh = fresh_logprobs(model, ep.token_ids, 0.8)
+            torch.testing.assert_close(torch.tensor(ep.logprobs[1:])[mask], fresh[mask], atol=1e-4, rtol=0)
+
+
+def test_the_engine_frees_what_it_no_longer_needs_and_refuses_a_mixed_batch():
+    model, tokenizer = tiny_policy(seed=5)
+    engine = Engine(model, tokenizer.pad_token_id, end_of_turn_id(tokenizer))
+    prompt = tokenizer("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    samples = engine.sample_turn([0, 1], [prompt, prompt], max_new_tokens=4, temperature=1.0)
+    cut = [k for k, s in zip([0, 1], samples, strict=True) if not s.finished]
+    assert all(k not in engine.caches for k in cut)  # an episode cut by the budget ends: no cache kept
+    engine.caches[0] = _dummy(engine, prompt)  # episode 0 has had a turn, episode 7 has not
+    with pytest.raises(ValueError, match="mix of episodes"):
+        engine.sample_turn([0, 7], [prompt + [1], prompt], max_new_tokens=2, temperature=1.0)
+    engine.release(0)
+    assert 0 not in engine.caches
+
+
+def _dummy(engine, prompt):
+    """A cache for `prompt` without its last token, as a finished turn leaves one."""
+    from agentrl_lite.engine import _start_fresh
+
+    batch, _ = _start_fresh(engine.model, [prompt], engine.pad, 1)
+    return batch.row_cache(0)
+
+
+def test_sample_tokens_records_the_full_distributions_logprob():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]] * 3)
+    tokens, logprobs = sample_tokens(logits, 0.0)
+    assert tokens.tolist() == [0, 0, 0]
+    torch.testing.assert_close(logprobs, torch.log_softmax(logits, -1)[:, 0])
+    torch.manual_seed(0)
+    tokens, logprobs = sample_tokens(logits, 0.5, top_p=0.5)  # the nucleus is the top token alone
+    assert tokens.tolist() == [0, 0, 0]
+    torch.testing.assert_close(logprobs, torch.log_softmax(logits / 0.5, -1)[:, 0])
+
+
+def test_inverse_cdf_sampling_follows_the_softmax():
+    """200 000 draws from a 5-token distribution: every frequency within 0.005 of its probability (the
+    standard error is at most 0.0011, so a wrong sampler fails and a right one passes with certainty here)."""
+    torch.manual_seed(0)
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0, 0.5]]).expand(200_000, -1).contiguous()
+    tokens, logprobs = sample_tokens(logits, 0.7)
+    frequencies = torch.bincount(tokens, minlength=5).float() / len(tokens)
+    probabilities = torch.softmax(logits[0] / 0.7, -1)
+    assert (frequencies - probabilities).abs().max() < 0.005, (frequencies, probabilities)
+    torch.testing.assert_close(logprobs, probabilities.log()[tokens])
