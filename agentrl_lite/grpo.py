@@ -50,6 +50,7 @@ from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
 from agentrl_lite.logprobs import token_logprobs
 from agentrl_lite.loss import LossConfig, policy_loss
+from agentrl_lite.models import adamw
 from agentrl_lite.rewards import RewardFunc, reward_kwargs
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -160,7 +161,7 @@ class GRPOTrainer:
         budget = c.rollout.max_new_tokens * c.rollout.max_turns
         self.loss_config = replace(c.loss, max_completion_length=c.loss.max_completion_length or budget)
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=c.lr, weight_decay=c.weight_decay)
+        self.optimizer = adamw(self.params, lr=c.lr, weight_decay=c.weight_decay)
         self.reference = None
         if c.loss.beta > 0 and not hasattr(model, "disable_adapter"):  # with LoRA the base model is the reference
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)

@@ -18,6 +18,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.chat import end_of_turn_id, render
 from agentrl_lite.logprobs import token_logprobs
+from agentrl_lite.models import adamw
 
 
 @dataclass
@@ -91,7 +92,7 @@ def sft(
     rng = random.Random(config.seed)
     order: list[int] = []
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = adamw(params, lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     losses = []
     for _ in tqdm(range(config.steps), desc="SFT", disable=not config.progress):

@@ -56,3 +56,21 @@ def test_embedded_conversion_is_cached(monkeypatch, tmp_path):
     monkeypatch.setenv("AGENTRL_CACHE", str(cached.parent))
     monkeypatch.setattr(models, "embedded_gguf_path", lambda: pytest.fail("converted again instead of reusing"))
     assert models.embedded_checkpoint() == cached
+
+
+def test_adamw_is_fused_on_cpu_and_steps_like_the_plain_loop():
+    from agentrl_lite.models import adamw
+
+    results = []
+    for make in (lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1), lambda ps: adamw(ps, 1e-2, 0.1)):
+        torch.manual_seed(0)
+        model, _ = tiny_policy(seed=0)
+        params = list(model.parameters())
+        optimizer = make(params)
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn_like(p)
+            optimizer.step()
+        results.append([p.detach().clone() for p in params])
+    assert adamw(list(tiny_policy(seed=0)[0].parameters()), 1e-3).defaults["fused"]
+    assert max((a - b).abs().max().item() for a, b in zip(*results, strict=True)) < 1e-5

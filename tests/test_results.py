@@ -1,4 +1,4 @@
-"""Committed results files carry their provenance (COURSE.md §7): every number quoted in a notebook, the
+"""Committed results files carry their provenance: every number quoted in a notebook, the
 README or a note must be traceable to a run whose profile, model, device, seed and command are recorded."""
 
 import datetime as dt

@@ -36,7 +36,7 @@ from agentrl_lite.course.results import device_name
 
 KERNEL = "python3"
 BUDGET_S = {"smoke": 150, "cpu": 20 * 60, "gpu": 30 * 60}
-"""Stated wall-clock budget per notebook and profile (COURSE.md §3); the report flags notebooks above it."""
+"""Stated wall-clock budget per notebook and profile (the README's profile table); the report flags notebooks above it."""
 PACKAGE_ROOT = Path(agentrl_lite.__file__).resolve().parent.parent
 """The folder holding the `agentrl_lite` package this runner imported; kernels import the same one."""
 
