@@ -245,8 +245,12 @@ class Engine:
 
     @torch.no_grad()
     def sample_turn(self, keys: list[int], sequences: list[list[int]], max_new_tokens: int,
-                    temperature: float, top_p: float = 1.0) -> list[TurnSample]:
-        """One turn for every episode: up to `max_new_tokens` each, until its end-of-turn token."""
+                    temperature: float, top_p: float = 1.0, keep_caches: bool = True) -> list[TurnSample]:
+        """One turn for every episode: up to `max_new_tokens` each, until its end-of-turn token.
+
+        keep_caches: keep each finished episode's cache for its next turn; False in an episode's last allowed
+        turn (every turn of a single-turn rollout), where copying the caches out would be wasted.
+        """
         caches = [self.caches.get(k) for k in keys]
         if all(c is None for c in caches):
             batch, logits = _start_fresh(self.model, sequences, self.pad, max_new_tokens)
@@ -270,7 +274,8 @@ class Engine:
                 if token == self.eot:
                     samples[i].finished = True
                     done[r] = True
-                    self.caches[keys[i]] = batch.row_cache(r)  # everything but the end-of-turn token
+                    if keep_caches:
+                        self.caches[keys[i]] = batch.row_cache(r)  # everything but the end-of-turn token
             if done.all() or step == max_new_tokens - 1:
                 break
             if done.sum() >= max(1, COMPACT_SHARE * len(rows)):  # drop finished rows from the batch

@@ -154,7 +154,8 @@ def rollout(
                 sampled = generate_turns(model, tokenizer, sequences, config)
             else:
                 sampled = [(s.token_ids, s.logprobs, s.finished) for s in engine.sample_turn(
-                    chunk, sequences, config.max_new_tokens, config.temperature, config.top_p)]
+                    chunk, sequences, config.max_new_tokens, config.temperature, config.top_p,
+                    keep_caches=turn_index < config.max_turns - 1)]
             for i, (new_ids, new_lp, finished) in zip(chunk, sampled, strict=True):
                 step(episodes[i], toolboxes[i], tokenizer, new_ids, new_lp, finished,
                      last_turn=turn_index == config.max_turns - 1, config=config)

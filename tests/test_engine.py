@@ -112,6 +112,8 @@ def test_the_engine_frees_what_it_no_longer_needs_and_refuses_a_mixed_batch():
     samples = engine.sample_turn([0, 1], [prompt, prompt], max_new_tokens=4, temperature=1.0)
     cut = [k for k, s in zip([0, 1], samples, strict=True) if not s.finished]
     assert all(k not in engine.caches for k in cut)  # an episode cut by the budget ends: no cache kept
+    engine.sample_turn([2, 3], [prompt, prompt], max_new_tokens=4, temperature=1.0, keep_caches=False)
+    assert 2 not in engine.caches and 3 not in engine.caches  # a last allowed turn keeps nothing
     engine.caches[0] = _dummy(engine, prompt)  # episode 0 has had a turn, episode 7 has not
     with pytest.raises(ValueError, match="mix of episodes"):
         engine.sample_turn([0, 7], [prompt + [1], prompt], max_new_tokens=2, temperature=1.0)
