@@ -80,6 +80,31 @@ def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k3") -> Ten
     raise ValueError(f"kind must be 'k1', 'k2' or 'k3', got {kind!r}")
 
 
+def truncated_importance_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, cap: float
+                                 ) -> Tensor:
+    """Per-token weights min(π_old / π_sampler, cap) for tokens drawn by a sampler that is not exactly π_old.
+
+    A bf16 copy of the policy samples faster but draws from a slightly different distribution than the fp32
+    policy the loss differentiates. Weighing each token's policy-gradient term by π_old / π_sampler makes
+    the gradient the on-policy one again; truncating the weight at `cap` bounds the variance a rare token
+    the sampler under-rated could add (truncated importance sampling, Yao et al. 2025; TRL's
+    vllm_importance_sampling_mode="token_truncate").
+
+    Args:
+        old_logprobs: (batch, seq) float — log π_old(token | prefix) computed by the trainer, no gradient
+        sampler_logprobs: (batch, seq) float — log π_sampler(token | prefix) recorded while sampling
+        mask: (batch, seq) 0/1 — policy tokens; elsewhere the weight is 1
+        cap: the truncation C > 0 (TRL's default 3; Yao et al. use 2)
+
+    Returns:
+        (batch, seq) float weights in (0, cap], without gradient.
+    """
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    log_weight = (old_logprobs.detach() - sampler_logprobs) * mask
+    return torch.exp(log_weight).clamp(max=cap)
+
+
 # ------------------------------------------------------------------------------------------- the loss
 @dataclass
 class LossConfig:
@@ -113,6 +138,7 @@ def policy_loss(
     config: LossConfig,
     ref_logprobs: Tensor | None = None,
     num_items_in_batch: Tensor | float | None = None,
+    sampling_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The clipped GRPO surrogate loss of one micro-batch, aggregated as TRL 1.16 does.
 
@@ -127,6 +153,9 @@ def policy_loss(
         ref_logprobs: (batch, seq) float — log π_ref(token | prefix); required when config.beta > 0
         num_items_in_batch: dapo only — policy tokens in the whole optimizer step (all micro-batches and
             processes); defaults to this micro-batch's count, mask.sum()
+        sampling_weights: (batch, seq) float, no gradient — truncated importance weights
+            min(π_old / π_sampler, C) when the tokens were sampled by another copy of the policy (a bf16
+            sampler): they multiply each token's policy-gradient term, not the KL term (TRL's vLLM correction)
 
     Returns:
         (loss, metrics): loss is a 0-dim tensor to call .backward() on. For grpo/bnpo/dr_grpo divide it by
@@ -153,6 +182,8 @@ def policy_loss(
 
     # pessimistic surrogate: the smaller of the unclipped and clipped objectives, negated into a loss
     token_loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
+    if sampling_weights is not None:  # the sampler was not exactly π_old: reweigh its tokens (truncated IS)
+        token_loss = token_loss * sampling_weights
 
     if config.beta != 0.0:
         if ref_logprobs is None:

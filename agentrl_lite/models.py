@@ -95,7 +95,8 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> torch.dtype:
-    """fp32 on CPU (sampling in bf16 was slower there), bf16 on a GPU that supports it."""
+    """fp32 on CPU (the policy trains in fp32 there; the trainer can sample with a bf16 copy, see
+    `fast_sampler_dtype`), bf16 on a GPU that supports it."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
@@ -103,6 +104,18 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
             return torch.bfloat16
         return torch.float32
     return getattr(torch, dtype)
+
+
+def fast_sampler_dtype(device: torch.device | str = "cpu") -> str | None:
+    """The dtype of a sampling copy worth making for a policy on `device`, or None.
+
+    On a CPU with bf16 instructions a bf16 copy decodes about 1.6× faster than the fp32 policy: decoding reads
+    every weight once per token, and bf16 halves the bytes (results/bench_grpo_step.json). On a CPU without
+    them bf16 is emulated and slower, and on a GPU the policy is already bf16: None there.
+    """
+    if torch.device(device).type != "cpu":
+        return None
+    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
 
 
 def load_policy(

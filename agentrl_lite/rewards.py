@@ -249,6 +249,53 @@ def correctness_reward(
     ]
 
 
+# --- text answers (search, memory): normalised exact match and token F1 -----------------------------------
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = re.compile(r"[^\w\s]")
+
+
+def normalize_answer(text: str | None) -> str:
+    """Lower case, punctuation and the articles a/an/the removed, whitespace collapsed: "The Osk Press." →
+    "osk press". The one normalisation every text-answer score uses (SQuAD's rule, as in Search-R1)."""
+    if text is None:
+        return ""
+    text = _PUNCTUATION.sub(" ", text.lower())
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(predicted: str | None, gold: Any) -> bool:
+    """The normalised prediction equals the normalised gold answer (None or empty never matches)."""
+    p = normalize_answer(predicted)
+    return bool(p) and p == normalize_answer(str(gold))
+
+
+def token_f1(predicted: str | None, gold: Any) -> float:
+    """F1 of the normalised words of prediction and gold (multiset overlap); 0.0 for an empty side."""
+    p, g = normalize_answer(predicted).split(), normalize_answer(str(gold)).split()
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match_reward(prompts: Sequence[Any], completions: Sequence[Completion], answer: Sequence[Any] | None = None,
+                       **kwargs: Any) -> list[float | None]:
+    """1.0 when the last `<answer>…</answer>` of the policy's text matches the gold `answer` after
+    `normalize_answer`, else 0.0 (no tag: 0.0); None where the gold answer is None."""
+    gold = _column("answer", answer, len(completions), "exact_match_reward")
+    return [None if g is None else float(exact_match(extract_answer(completion_text(c)), g))
+            for c, g in zip(completions, gold, strict=True)]
+
+
+def f1_reward(prompts: Sequence[Any], completions: Sequence[Completion], answer: Sequence[Any] | None = None,
+              **kwargs: Any) -> list[float | None]:
+    """Token F1 between the last `<answer>` of the policy's text and the gold `answer` (partial credit)."""
+    gold = _column("answer", answer, len(completions), "f1_reward")
+    return [None if g is None else token_f1(extract_answer(completion_text(c)), g)
+            for c, g in zip(completions, gold, strict=True)]
+
+
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\w.]*\d)")
 
 

@@ -1,5 +1,5 @@
 """Tools (pipeline stage: what an episode can do besides writing text): `Toolbox`, the one tool interface,
-and the course's tools, `calculator` and `python`.
+and the course's tools, `calculator`, `python` and `SearchIndex.search` (BM25 over a local corpus).
 
 For an LLM agent a tool is just a Python function. The policy cannot call it directly; it writes a
 `<tool_call>` block (see `agentrl_lite.chat`), the environment runs the function, and the result comes back
@@ -208,6 +208,85 @@ def python(code: str) -> str:
             run is stopped after 5 seconds.
     """
     return run_python(code, timeout_s=5.0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# search: BM25 over a local corpus (bm25s)
+# ---------------------------------------------------------------------------------------------------------
+
+MAX_SEARCH_RESULTS = 10
+"""largest k the search tool accepts"""
+MAX_QUERY_CHARS = 300
+"""longer queries are rejected"""
+SNIPPET_CHARS = 240
+"""each returned document is cut to this many characters"""
+
+
+class SearchIndex:
+    """A BM25 index over titled documents, whose bound `search` method is the course's search tool.
+
+    Built once per corpus with `bm25s` (title and text are indexed together, English stop words dropped,
+    no stemming) and cached on disk under `cache_dir`, keyed by a hash of the corpus, so a later process
+    loads it instead of indexing again.
+    """
+
+    def __init__(self, documents: Sequence[dict[str, str]], cache_dir: str | None = None) -> None:
+        """documents: dicts with "id", "title" and "text". cache_dir: where indexes are kept (None: memory only)."""
+        import hashlib
+        from pathlib import Path
+
+        import bm25s
+
+        if not documents:
+            raise ValueError("SearchIndex needs at least one document")
+        self.documents = [dict(d) for d in documents]
+        digest = hashlib.sha256(json.dumps(self.documents, sort_keys=True).encode()).hexdigest()[:16]
+        folder = Path(cache_dir) / f"bm25_{digest}" if cache_dir is not None else None
+        if folder is not None and (folder / "params.index.json").exists():
+            self.retriever = bm25s.BM25.load(str(folder), show_progress=False, verbosity=0)
+        else:
+            self.retriever = bm25s.BM25()
+            self.retriever.index(bm25s.tokenize([f"{d['title']}. {d['text']}" for d in self.documents],
+                                                stopwords="en", show_progress=False), show_progress=False)
+            if folder is not None:
+                tmp = folder.with_name(folder.name + ".tmp")
+                self.retriever.save(str(tmp), show_progress=False)
+                tmp.rename(folder)  # atomic: a half-written index is never loaded
+        self.vocabulary = self.retriever.vocab_dict
+
+    def top(self, query: str, k: int = 3) -> list[dict[str, str]]:
+        """The k best documents for `query` (fewer when fewer contain any of its words), best first."""
+        import bm25s
+
+        words = [w for w in bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)[0]
+                 if w in self.vocabulary]
+        if not words:
+            return []
+        k = min(k, len(self.documents))
+        ids, scores = self.retriever.retrieve([words], k=k, show_progress=False, n_threads=1)
+        return [self.documents[int(i)] for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
+
+    def search(self, query: str, k: int = 3) -> str:
+        """Search the encyclopedia and return the best-matching documents, best first.
+
+        Args:
+            query: What to look for, e.g. a name.
+            k: How many documents to return (1 to 10).
+        """
+        if not query.strip():
+            raise ValueError("the query is empty; search for a name or a few words from the question")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"the query is longer than {MAX_QUERY_CHARS} characters; search for a name")
+        if not 1 <= k <= MAX_SEARCH_RESULTS:
+            raise ValueError(f"k must be between 1 and {MAX_SEARCH_RESULTS}, got {k}")
+        found = self.top(query, k)
+        if not found:
+            return f"No document matches {query!r}."
+        return "\n".join(f"[{i}] {d['title']}: {_snippet(d['text'])}" for i, d in enumerate(found, 1))
+
+
+def _snippet(text: str) -> str:
+    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 3].rstrip() + "..."
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -80,7 +80,8 @@ def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
     ratios, KL bias correction), num_iterations, scale_rewards, mask_truncated_completions, learning rate
     (constant, no warm-up), weight decay, gradient clipping, seed. Left at TRL's defaults (they change speed
     or memory, not the objective): gradient checkpointing, TRL's own sampler and data order, our
-    micro_batch_size, sampling batch size and bf16 loss pass. Refused with a ValueError (TRL has no
+    micro_batch_size, sampling batch size, bf16 loss pass, and our bf16 sampling copy with its truncated
+    importance weights (`sampler_dtype`, `is_cap`: TRL samples with the policy itself). Refused with a ValueError (TRL has no
     equivalent): credit other than "broadcast", dynamic_sampling, filter_void_turns, skip_empty_updates.
     `overrides` go straight to TRL (e.g. `use_cpu=False`).
     """

@@ -1,7 +1,8 @@
 """Time one GRPO step of agentrl_lite's trainer and of TRL's GRPOTrainer on the identical configuration.
 
-Same objective, different engineering: ours samples with the rollout engine and scores the loss pass under
-bf16 autocast (`bf16_loss=True`) without gradient checkpointing; TRL runs with its defaults (fp32, gradient
+Same objective, different engineering: ours samples with the rollout engine from a bf16 copy of the policy
+(`sampler_dtype="bfloat16"`, corrected by truncated importance sampling, the course's setting) and scores the
+loss pass under bf16 autocast (`bf16_loss=True`) without gradient checkpointing; TRL runs with its defaults (fp32, gradient
 checkpointing on). Both trainers run in this one process, interleaved: TRL drives its own training loop, and a callback runs
 one of our steps right after each TRL step (outside TRL's timed window), so both see the same machine
 state. Same model weights, prompts, group size, token budget, loss type, learning rate and reward.
@@ -12,10 +13,11 @@ Two configurations:
   from a policy that was first given the cold-start SFT of lesson 01 so that tool calls actually happen.
 
 It also measures rollout throughput (generated tokens/s) at batch 8, 32 and 64, for single-turn episodes and
-3-turn episodes with the calculator, with the sampling engine (`engine="kv_cache"`) and with `model.generate`
+3-turn episodes with the calculator, with the sampling engine (`engine="kv_cache"`, fp32 weights), the engine
+on a bf16 copy of the weights (`kv_cache_bf16`, what the trainer samples with) and `model.generate`
 (`engine="generate"`, the old path) interleaved, against this machine's matmul-bound figure (2 × parameters
-FLOPs per token at the measured 1024² matmul rate); and the peak RSS of a batch-64 rollout with each engine,
-each in a fresh process. Usage:
+FLOPs per token at the measured fp32 1024² matmul rate; the bf16 rate is recorded too); and the peak RSS of a
+batch-64 rollout with each, each in a fresh process. Usage:
 
     python benchmarks/grpo_step.py [--steps 4] [--out results/bench_grpo_step.json]
 """
@@ -46,6 +48,9 @@ from agentrl_lite.tasks.arithmetic import ArithmeticEnv
 from agentrl_lite.tools import calculator
 
 MAX_NEW_TOKENS = 48
+SAMPLER_DTYPE = "bfloat16"
+ENGINES = ("generate", "kv_cache", "kv_cache_bf16")
+"""old path, the engine on the fp32 policy, the engine on a bf16 copy (the trainer's sampler)"""
 GROUP = 8
 LR = 1e-6
 
@@ -76,7 +81,7 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
 
     ours_model = copy.deepcopy(model)
     config = GRPOConfig(steps=steps, prompts_per_step=1, group_size=GROUP, lr=LR,  # dapo: LossConfig's default
-                        micro_batch_size=GROUP, progress=False, bf16_loss=True,
+                        micro_batch_size=GROUP, progress=False, bf16_loss=True, sampler_dtype=SAMPLER_DTYPE,
                         rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=MAX_NEW_TOKENS,
                                               temperature=1.0, batch_size=GROUP, progress=False))
     ours = GRPOTrainer(ours_model, tokenizer, env, tasks, [correct], config)
@@ -116,12 +121,15 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
         "ours_tool_calls_per_episode": float(np.mean([r["tools/call_frequency"] for r in callback.our_rows])),
         "trl_gradient_checkpointing": bool(args.gradient_checkpointing),
         "ours_bf16_loss": config.bf16_loss,
+        "ours_sampler_dtype": config.sampler_dtype,
+        "ours_is_ratio_mean": float(np.mean([r["sampling/importance_sampling_ratio/mean"] for r in callback.our_rows
+                                             if "sampling/importance_sampling_ratio/mean" in r] or [np.nan])),
         "timed_steps": len(trl_s),
     }
 
 
-def matmul_gflops() -> float:
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+def matmul_gflops(dtype: torch.dtype = torch.float32) -> float:
+    a, b = torch.randn(1024, 1024, dtype=dtype), torch.randn(1024, 1024, dtype=dtype)
     for _ in range(3):
         a @ b
     start, n = time.perf_counter(), 20
@@ -131,9 +139,11 @@ def matmul_gflops() -> float:
 
 
 def rollout_throughput(model, tokenizer, env, tasks, batch: int, engine: str, max_turns: int = 1) -> dict:
-    """Generated tokens per second of one rollout of `batch` episodes (one per distinct task), and its stops."""
+    """Generated tokens per second of one rollout of `batch` episodes (one per distinct task), and its stops.
+
+    engine: one of ENGINES; for "kv_cache_bf16" pass the bf16 copy as `model`."""
     config = RolloutConfig(max_turns=max_turns, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, batch_size=batch,
-                           progress=False, engine=engine)
+                           progress=False, engine=engine.removesuffix("_bf16"))
     chosen = tasks[:batch]
     start = time.perf_counter()
     episodes = rollout(model, tokenizer, [env.prompt(t) for t in chosen], [env.toolbox_for(t) for t in chosen], config)
@@ -161,10 +171,13 @@ def rollout_for_rss(engine: str, batch: int) -> None:
     """A batch-`batch` single-turn rollout of distinct tasks (the measured work of `peak_rss_of_rollout`)."""
     torch.manual_seed(0)
     model, tokenizer = load_policy()
+    if engine.endswith("_bf16"):  # as in the trainer: the fp32 policy stays, a bf16 copy samples
+        model = copy.deepcopy(model).to(torch.bfloat16)
     env = ArithmeticEnv(tools=[])
     tasks = read_jsonl(DATA_DIR / "arithmetic_train.jsonl")[:batch]
     rollout(model, tokenizer, [env.prompt(t) for t in tasks], None,
-            RolloutConfig(max_turns=1, max_new_tokens=MAX_NEW_TOKENS, batch_size=batch, progress=False, engine=engine))
+            RolloutConfig(max_turns=1, max_new_tokens=MAX_NEW_TOKENS, batch_size=batch, progress=False,
+                          engine=engine.removesuffix("_bf16")))
 
 
 def main() -> None:
@@ -176,7 +189,7 @@ def main() -> None:
                         help="only the peak RSS of a batch-64 rollout per engine (results/<name>.json)")
     args = parser.parse_args()
     if args.memory_only:
-        metrics = {"peak_rss_batch64": {engine: peak_rss_of_rollout(engine) for engine in ("generate", "kv_cache")}}
+        metrics = {"peak_rss_batch64": {engine: peak_rss_of_rollout(engine) for engine in ENGINES}}
         print(metrics)
         path = write_results(args.name, metrics, profile="cpu", model="SmolLM2-135M-Instruct (embedded)",
                              seed=args.seed, command="python " + " ".join(shlex.quote(a) for a in sys.argv))
@@ -197,21 +210,32 @@ def main() -> None:
     gflops = matmul_gflops()
     metrics["matmul_gflops"] = gflops
     metrics["matmul_bound_tokens_per_s"] = gflops * 1e9 / flops_per_token
+    metrics["matmul_gflops_bf16"] = matmul_gflops(torch.bfloat16)
+    metrics["matmul_bound_bf16_tokens_per_s"] = metrics["matmul_gflops_bf16"] * 1e9 / flops_per_token
+    sampler = copy.deepcopy(model).to(torch.bfloat16)
     calculator_env = ArithmeticEnv()
     throughput: dict = {}
     for batch in (8, 32, 64):
         for turns, env in ((1, no_tools), (3, calculator_env)):
-            for engine in ("generate", "kv_cache"):  # interleaved: the same machine state for both engines
-                row = rollout_throughput(model, tokenizer, env, tasks, batch, engine, turns)
+            for engine in ENGINES:  # interleaved: the same machine state for each
+                row = rollout_throughput(sampler if engine.endswith("_bf16") else model, tokenizer, env, tasks,
+                                         batch, engine, turns)
                 throughput[f"batch{batch}_turns{turns}_{engine}"] = row
-            new, old = throughput[f"batch{batch}_turns{turns}_kv_cache"], throughput[f"batch{batch}_turns{turns}_generate"]
-            new["speedup_over_generate"] = new["tokens_per_s"] / old["tokens_per_s"]
-            new["share_of_matmul_bound"] = new["tokens_per_s"] / metrics["matmul_bound_tokens_per_s"]
-            print(f"batch {batch}, {turns} turn(s): generate {old['tokens_per_s']:.0f} tok/s, kv_cache "
-                  f"{new['tokens_per_s']:.0f} tok/s ({new['share_of_matmul_bound']:.0%} of the bound)", flush=True)
+            old = throughput[f"batch{batch}_turns{turns}_generate"]
+            for engine in ENGINES[1:]:
+                new = throughput[f"batch{batch}_turns{turns}_{engine}"]
+                new["speedup_over_generate"] = new["tokens_per_s"] / old["tokens_per_s"]
+                new["share_of_matmul_bound"] = new["tokens_per_s"] / metrics["matmul_bound_tokens_per_s"]
+            print(f"batch {batch}, {turns} turn(s): " + ", ".join(
+                f"{e} {throughput[f'batch{batch}_turns{turns}_{e}']['tokens_per_s']:.0f} tok/s" for e in ENGINES),
+                flush=True)
     metrics["rollout_throughput"] = throughput
-    metrics["rollout_share_of_matmul_bound_batch32"] = throughput["batch32_turns1_kv_cache"]["share_of_matmul_bound"]
-    metrics["peak_rss_batch64"] = {engine: peak_rss_of_rollout(engine) for engine in ("generate", "kv_cache")}
+    metrics["rollout_share_of_matmul_bound_batch32"] = throughput["batch32_turns1_kv_cache_bf16"]["share_of_matmul_bound"]
+    metrics["rollout_share_of_matmul_bound_batch32_fp32_weights"] = \
+        throughput["batch32_turns1_kv_cache"]["share_of_matmul_bound"]
+    metrics["rollout_share_of_bf16_matmul_bound_batch32"] = \
+        throughput["batch32_turns1_kv_cache_bf16"]["tokens_per_s"] / metrics["matmul_bound_bf16_tokens_per_s"]
+    metrics["peak_rss_batch64"] = {engine: peak_rss_of_rollout(engine) for engine in ENGINES}
     print("peak RSS:", metrics["peak_rss_batch64"], flush=True)
 
     env = ArithmeticEnv()

@@ -331,3 +331,39 @@ def test_aggregation_weighs_long_and_short_completions(loss_type, kwargs, expect
 def test_dr_grpo_needs_the_token_budget():
     with pytest.raises(ValueError, match="max_completion_length"):
         policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), LossConfig(loss_type="dr_grpo"))
+
+
+def test_truncated_importance_weights_are_the_capped_ratio_on_policy_tokens_only():
+    from agentrl_lite.loss import truncated_importance_weights
+    old = torch.tensor([[-1.0, -2.0, -0.5, -3.0]])
+    sampled = torch.tensor([[-1.5, -1.0, -3.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    w = truncated_importance_weights(old, sampled, mask, cap=2.0)
+    expected = torch.tensor([[math.exp(0.5), math.exp(-1.0), 2.0, 1.0]])  # exp(2.5) capped; off-mask 1
+    assert torch.allclose(w, expected)
+    with pytest.raises(ValueError, match="cap"):
+        truncated_importance_weights(old, sampled, mask, cap=0.0)
+
+
+def test_importance_weights_make_a_mismatched_samplers_gradient_the_on_policy_one():
+    """Tokens drawn from q ≠ π: the weighted surrogate's gradient estimates E_π[A ∇log π]; unweighted it does not."""
+    from agentrl_lite.loss import LossConfig, policy_loss, truncated_importance_weights
+    generator = torch.Generator().manual_seed(0)
+    theta = torch.tensor([1.0, 0.0, -1.0, 0.5], requires_grad=True)
+    value = torch.tensor([1.0, -1.0, 0.5, 0.0])  # the advantage of each token, a fixed function of it
+    pi = torch.softmax(theta, 0)
+    exact = torch.autograd.grad((pi * value).sum(), theta)[0]  # ∇ E_π[A] = E_π[A ∇log π]
+    q = torch.softmax(theta.detach() + torch.tensor([0.4, -0.3, 0.2, 0.0]), 0)  # a slightly different sampler
+    n = 200_000
+    tokens = torch.multinomial(q, n, replacement=True, generator=generator)
+    logprobs = torch.log_softmax(theta, 0)[tokens][None]  # (1, n), with gradient
+    sampler = torch.log(q)[tokens][None]
+    mask = torch.ones(1, n)
+    config = LossConfig(loss_type="bnpo")  # the mean over tokens: an expectation estimate
+    weights = truncated_importance_weights(logprobs.detach(), sampler, mask, cap=10.0)  # cap above max π/q
+    corrected = policy_loss(logprobs, logprobs.detach(), value[tokens][None], mask, config, sampling_weights=weights)[0]
+    plain = policy_loss(logprobs, logprobs.detach(), value[tokens][None], mask, config)[0]
+    grad_corrected = -torch.autograd.grad(corrected, theta, retain_graph=True)[0]
+    grad_plain = -torch.autograd.grad(plain, theta)[0]
+    assert torch.allclose(grad_corrected, exact, atol=0.01), (grad_corrected, exact)
+    assert (grad_plain - exact).abs().max() > 0.03  # the uncorrected gradient is biased

@@ -348,3 +348,49 @@ def test_the_trainers_loss_is_the_configs_loss_gspo_included(tmp_path, monkeypat
     assert seen[0].max_completion_length == 8  # max_new_tokens × max_turns of the test rollout
     with pytest.raises(ValueError, match="importance_sampling_level"):
         LossConfig(importance_sampling_level="turn")
+
+
+def test_a_bf16_sampler_samples_is_refreshed_after_each_step_and_is_corrected(tmp_path):
+    trainer = make_trainer(tmp_path, sampler_dtype="bfloat16", steps=2)
+    assert trainer.sampler is not None and next(trainer.sampler.parameters()).dtype == torch.bfloat16
+    assert next(trainer.model.parameters()).dtype == torch.float32  # the policy itself stays fp32
+    history = trainer.train()
+    for mine, theirs in zip(trainer.sampler.parameters(), trainer.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs.to(torch.bfloat16)), "the sampler lags behind the policy"
+    row = history[-1]
+    assert 0 < row["sampling/importance_sampling_ratio/max"] <= trainer.config.is_cap
+    assert row["sampling/sampling_logp_difference/max"] > 0  # bf16 really is another distribution
+    # the episodes carry the sampler's log-probs: a bf16 forward of the same tokens gives them back
+    ep = trainer.sample_groups(TASKS[:1])[0]
+    ids, mask = torch.tensor([ep.token_ids]), torch.tensor([ep.model_mask])
+    recorded = torch.tensor(ep.logprobs)[mask[0].bool()]
+    by_sampler = token_logprobs(trainer.sampler, ids, torch.ones_like(ids), mask, 1.0)[0][mask[0].bool()].float()
+    by_policy = token_logprobs(trainer.model, ids, torch.ones_like(ids), mask, 1.0)[0][mask[0].bool()]
+    assert (by_sampler - recorded).abs().max() < 0.1
+    assert (by_policy - recorded).abs().max() > (by_sampler - recorded).abs().max()
+
+
+def test_the_sampler_is_restored_with_the_policy_on_resume(tmp_path):
+    trainer = make_trainer(tmp_path / "a", sampler_dtype="bfloat16", steps=1)
+    trainer.train()
+    trainer.save_checkpoint(tmp_path / "ckpt")
+    resumed = make_trainer(tmp_path / "b", sampler_dtype="bfloat16")
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    for a, b in zip(resumed.sampler.parameters(), trainer.sampler.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_loss_sees_importance_weights_only_with_a_cap(tmp_path, monkeypatch):
+    seen = []
+    real = grpo.policy_loss
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("sampling_weights"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grpo, "policy_loss", spy)
+    make_trainer(tmp_path / "a", steps=1).train()
+    assert seen and all(w is not None for w in seen)
+    seen.clear()
+    make_trainer(tmp_path / "b", steps=1, is_cap=None).train()
+    assert seen and all(w is None for w in seen)

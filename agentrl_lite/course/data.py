@@ -7,6 +7,7 @@ the bytes are identical, so the committed files can always be traced to this cod
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from agentrl_lite.tasks import DATA_DIR, write_jsonl
@@ -17,6 +18,8 @@ from agentrl_lite.tasks.arithmetic import (
     small_arithmetic_tasks,
 )
 from agentrl_lite.tasks.function_calls import function_calling_splits
+from agentrl_lite.tasks.search import SPLITS, demonstration, encyclopedia, search_questions
+from agentrl_lite.tools import SearchIndex
 from agentrl_lite.tasks.word_problems import word_problem_splits
 
 
@@ -30,6 +33,12 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     identity_train, identity_heldout = identity_arithmetic_tasks()
     calls_train, calls_heldout, calls_sft = function_calling_splits()
     words_train, words_heldout, words_sft = word_problem_splits()
+    world = encyclopedia(seed=0)
+    questions = search_questions(world, seed=0)
+    search_train = [q for q in questions if q["split"] == "train"]
+    index = SearchIndex(world.documents)
+    search_sft = [{"id": q["id"], "messages": demonstration(q, index)}
+                  for q in random.Random(3).sample(search_train, 256)]
     files = {
         "arithmetic_train.jsonl": train,
         "arithmetic_heldout.jsonl": heldout,
@@ -44,6 +53,9 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
         "word_problems_train.jsonl": words_train,
         "word_problems_heldout.jsonl": words_heldout,
         "word_problems_sft.jsonl": words_sft,
+        "search_corpus.jsonl": world.documents,
+        **{f"search_{split}.jsonl": [q for q in questions if q["split"] == split] for split in SPLITS},
+        "search_sft.jsonl": search_sft,
     }
     for name, rows in files.items():
         write_jsonl(data_dir / name, rows)

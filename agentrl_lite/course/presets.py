@@ -5,7 +5,9 @@ can afford) and passes it here with its turn and token budgets; everything else 
 choice, written once:
 
 - DAPO's token-level loss (TRL's default) and no KL term, unless the lesson changes `loss`;
-- bf16 autocast in the loss pass (1.8× faster on CPU; sampling stays fp32), 8 episodes per micro-batch;
+- bf16 autocast in the loss pass (1.8× faster on CPU), 8 episodes per micro-batch;
+- sampling with a bf16 copy of the policy on a CPU with bf16 instructions (`models.fast_sampler_dtype`),
+  corrected by truncated importance sampling (the trainer's `is_cap`);
 - `skip_empty_updates`: a batch without reward spread does not step AdamW (lesson 06 shows why);
 - sampling at temperature 1, 32 episodes per batch, no nested progress bar.
 """
@@ -31,6 +33,7 @@ def grpo_preset(budget: dict[str, Any], seed: int, *, max_turns: int, max_new_to
     """
     config = GRPOConfig(steps=budget["steps"], prompts_per_step=budget["prompts"], group_size=budget["group"],
                         lr=budget["lr"], bf16_loss=True, micro_batch_size=8, seed=seed, skip_empty_updates=True,
+                        sampler_dtype="auto",
                         rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=1.0,
                                               batch_size=sampling_batch_size, progress=False))
     return replace(config, **overrides)

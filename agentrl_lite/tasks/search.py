@@ -1,0 +1,275 @@
+"""Agentic search (task family): questions about a generated encyclopedia that no model has read, answered by
+searching it with a BM25 tool (`tools.SearchIndex`), as in Search-R1.
+
+The corpus. `encyclopedia(seed)` invents provinces, towns, people, organisations and works, with facts that
+link them: a person was born in a town, founded an organisation, created a work; an organisation is based in a
+town, which lies in a province. Every name is made of invented syllables, so no answer can come from
+pretraining: a closed-book model can only guess. One short titled document per entity states its facts.
+Some people's birth years are not recorded anywhere: questions about them have no answer in the corpus.
+
+The questions (`search_questions`), four kinds, each with its gold answer and the ids of the documents that
+support it:
+- single_hop: one document answers ("In which town was Varo Quen born?");
+- two_hop: a bridge entity first ("In which town was the founder of Telmar Works born?": the organisation's
+  document names the founder, the founder's document names the town);
+- comparison: two documents and a comparison ("Which was founded first, Telmar Works or Osk Press?");
+- unanswerable: the fact is not in the corpus; the right answer is "unknown".
+
+Splits are by entity: each question is about an anchor entity (the first one it names; both for a
+comparison), and anchors are split into train / validation / held-out, so held-out questions are about
+entities no training question mentions.
+
+The environment (`SearchEnv`) offers the `search` tool; the policy answers in `<answer>...</answer>`. Its
+score is normalised exact match and token F1 (`rewards.exact_match`, `rewards.token_f1`).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl_lite.chat import ToolCall, format_tool_call
+from agentrl_lite.episode import Episode
+from agentrl_lite.rewards import exact_match, token_f1
+from agentrl_lite.tools import SearchIndex, Toolbox
+
+UNKNOWN = "unknown"
+"""the gold answer of an unanswerable question"""
+KINDS = ("single_hop", "two_hop", "comparison", "unanswerable")
+SPLITS = ("train", "validation", "heldout")
+SPLIT_SHARES = (0.7, 0.1, 0.2)
+
+_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kr", "st",
+           "th", "tr", "sk", "vr", "sh"]
+_VOWELS = ["a", "e", "i", "o", "u", "ae", "io", "ou"]
+_CODAS = ["", "", "n", "r", "l", "s", "m", "th", "k", "x"]
+PROFESSIONS = ["cartographer", "glassblower", "astronomer", "weaver", "composer", "shipwright", "botanist",
+               "clockmaker", "engraver", "physician", "architect", "beekeeper"]
+INDUSTRIES = ["shipbuilding", "printing", "brewing", "textile", "mining", "clockwork", "porcelain", "rope-making"]
+ORG_SUFFIXES = ["Works", "Company", "Guild", "Press", "Foundry", "Brothers", "Trading House", "Mills"]
+WORK_KINDS = ["novel", "opera", "atlas", "symphony", "play", "herbarium"]
+_ADJECTIVES = ["Silent", "Copper", "Hollow", "Winter", "Crooked", "Amber", "Distant", "Salt", "Ninth", "Pale",
+               "Broken", "Velvet", "Iron", "Lantern", "Drowned", "Seventh"]
+_NOUNS = ["Harbour", "Orchard", "Lighthouse", "Meridian", "Staircase", "Ferry", "Tide", "Archive", "Garden",
+          "Comet", "Bellfounder", "Causeway", "Quarry", "Observatory", "Lantern", "Ledger"]
+
+
+def _word(rng: random.Random, syllables: int) -> str:
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(syllables - 1)) + \
+        rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+
+
+def _unique(rng: random.Random, make, taken: set[str]) -> str:
+    while True:
+        name = make()
+        if name.lower() not in taken:
+            taken.add(name.lower())
+            return name
+
+
+@dataclass
+class Encyclopedia:
+    """The generated world: entities with their facts, and one document per entity."""
+
+    provinces: list[str]
+    towns: list[dict[str, Any]]
+    """name, province, founded"""
+    people: list[dict[str, Any]]
+    """name, town (birthplace), born (year or None: not recorded), profession"""
+    organisations: list[dict[str, Any]]
+    """name, founder (a person's name), founded, town (headquarters), industry"""
+    works: list[dict[str, Any]]
+    """name (title), creator (a person's name), year, kind"""
+    documents: list[dict[str, str]] = field(default_factory=list)
+    """id, title, text"""
+
+    def person(self, name: str) -> dict[str, Any]:
+        return next(p for p in self.people if p["name"] == name)
+
+    def town(self, name: str) -> dict[str, Any]:
+        return next(t for t in self.towns if t["name"] == name)
+
+
+def encyclopedia(seed: int = 0, n_towns: int = 60, n_people: int = 320, n_organisations: int = 160,
+                 n_works: int = 160, unrecorded_share: float = 0.2) -> Encyclopedia:
+    """A deterministic invented world; every person founds at most one organisation and creates at most one work."""
+    if n_organisations + n_works > n_people:
+        raise ValueError("encyclopedia: every organisation and work needs its own person (n_people too small)")
+    rng = random.Random(seed)
+    taken: set[str] = set()
+    provinces = [_unique(rng, lambda: _word(rng, 3).capitalize(), taken) for _ in range(8)]
+    towns = [{"name": _unique(rng, lambda: _word(rng, rng.choice([2, 3])).capitalize(), taken),
+              "province": rng.choice(provinces), "founded": rng.randrange(800, 1500)} for _ in range(n_towns)]
+    people = []
+    for _ in range(n_people):
+        name = _unique(rng, lambda: f"{_word(rng, 2).capitalize()} {_word(rng, rng.choice([2, 3])).capitalize()}",
+                       taken)
+        born = None if rng.random() < unrecorded_share else rng.randrange(1780, 1950)
+        people.append({"name": name, "town": rng.choice(towns)["name"], "born": born,
+                       "profession": rng.choice(PROFESSIONS)})
+    makers = rng.sample(people, n_organisations + n_works)
+    organisations = []
+    for founder in makers[:n_organisations]:
+        start = (founder["born"] or rng.randrange(1780, 1950)) + rng.randrange(22, 60)
+        organisations.append({
+            "name": _unique(rng, lambda: f"{_word(rng, 2).capitalize()} {rng.choice(ORG_SUFFIXES)}", taken),
+            "founder": founder["name"], "founded": start, "town": rng.choice(towns)["name"],
+            "industry": rng.choice(INDUSTRIES)})
+    works = []
+    for creator in makers[n_organisations:]:
+        year = (creator["born"] or rng.randrange(1780, 1950)) + rng.randrange(20, 70)
+        works.append({"name": _unique(rng, lambda: f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} of "
+                                                   f"{_word(rng, 2).capitalize()}", taken),
+                      "creator": creator["name"], "year": year, "kind": rng.choice(WORK_KINDS)})
+    world = Encyclopedia(provinces, towns, people, organisations, works)
+    world.documents = _documents(world)
+    return world
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
+
+
+def _documents(world: Encyclopedia) -> list[dict[str, str]]:
+    docs = []
+    for t in world.towns:
+        docs.append((t["name"], f"{t['name']} is a town in the province of {t['province']}, founded in "
+                                f"{t['founded']}."))
+    for p in world.people:
+        born = f"in {p['town']} in {p['born']}" if p["born"] is not None else f"in {p['town']}"
+        docs.append((p["name"], f"{p['name']} was {_a(p['profession'])}, born {born}."))
+    for o in world.organisations:
+        docs.append((o["name"], f"{o['name']} is {_a(o['industry'])} firm founded in {o['founded']} by "
+                                f"{o['founder']}. Its headquarters are in {o['town']}."))
+    for w in world.works:
+        docs.append((w["name"], f"{w['name']} is {_a(w['kind'])} by {w['creator']}, first performed or published "
+                                f"in {w['year']}."))
+    return [{"id": f"d{i:04d}", "title": title, "text": text} for i, (title, text) in enumerate(docs)]
+
+
+def _doc_id(world: Encyclopedia, title: str) -> str:
+    return next(d["id"] for d in world.documents if d["title"] == title)
+
+
+def search_questions(world: Encyclopedia, seed: int = 0) -> list[dict[str, Any]]:
+    """Every question of the four kinds the world supports, with its split (by anchor entity).
+
+    Fields: id, question, answer, kind, split, anchor (the entity the split follows), support (gold document
+    ids), queries (the gold search queries, one per hop: the entity names).
+    """
+    rng = random.Random(seed)
+    anchors = [e["name"] for e in world.people + world.organisations + world.works + world.towns]
+    order = rng.sample(anchors, len(anchors))
+    cut1 = int(SPLIT_SHARES[0] * len(order))
+    cut2 = cut1 + int(SPLIT_SHARES[1] * len(order))
+    split_of = {name: ("train" if i < cut1 else "validation" if i < cut2 else "heldout")
+                for i, name in enumerate(order)}
+    questions: list[dict[str, Any]] = []
+
+    def add(kind: str, question: str, answer: str, anchor: str, hops: list[str]) -> None:
+        questions.append({"question": question, "answer": str(answer), "kind": kind, "split": split_of[anchor],
+                          "anchor": anchor, "support": [_doc_id(world, h) for h in hops], "queries": hops})
+
+    for p in world.people:
+        add("single_hop", f"In which town was {p['name']} born?", p["town"], p["name"], [p["name"]])
+        add("single_hop", f"What was the profession of {p['name']}?", p["profession"], p["name"], [p["name"]])
+        add("single_hop" if p["born"] is not None else "unanswerable", f"In which year was {p['name']} born?",
+            p["born"] if p["born"] is not None else UNKNOWN, p["name"], [p["name"]])
+    for o in world.organisations:
+        founder = world.person(o["founder"])
+        add("single_hop", f"Who founded {o['name']}?", o["founder"], o["name"], [o["name"]])
+        add("single_hop", f"In which town is {o['name']} headquartered?", o["town"], o["name"], [o["name"]])
+        add("two_hop", f"In which town was the founder of {o['name']} born?", founder["town"], o["name"],
+            [o["name"], founder["name"]])
+        add("two_hop", f"In which province is {o['name']} headquartered?", world.town(o["town"])["province"],
+            o["name"], [o["name"], o["town"]])
+        add("two_hop" if founder["born"] is not None else "unanswerable",
+            f"In which year was the founder of {o['name']} born?",
+            founder["born"] if founder["born"] is not None else UNKNOWN, o["name"], [o["name"], founder["name"]])
+    for w in world.works:
+        creator = world.person(w["creator"])
+        add("single_hop", f"Who created {w['name']}?", w["creator"], w["name"], [w["name"]])
+        add("two_hop", f"What was the profession of the creator of {w['name']}?", creator["profession"],
+            w["name"], [w["name"], creator["name"]])
+    for t in world.towns:
+        add("single_hop", f"In which province is {t['name']}?", t["province"], t["name"], [t["name"]])
+    for split in SPLITS:  # comparisons within a split: both entities are anchors of that split
+        orgs = [o for o in world.organisations if split_of[o["name"]] == split]
+        for a, b in zip(orgs[0::2], orgs[1::2], strict=False):
+            if a["founded"] != b["founded"]:
+                first = a if a["founded"] < b["founded"] else b
+                add("comparison", f"Which was founded first, {a['name']} or {b['name']}?", first["name"],
+                    a["name"], [a["name"], b["name"]])
+        people = [p for p in world.people if split_of[p["name"]] == split and p["born"] is not None]
+        for a, b in zip(people[0::2], people[1::2], strict=False):
+            if a["born"] != b["born"]:
+                first = a if a["born"] < b["born"] else b
+                add("comparison", f"Who was born first, {a['name']} or {b['name']}?", first["name"], a["name"],
+                    [a["name"], b["name"]])
+    for i, q in enumerate(questions):
+        q["id"] = f"q{i:05d}"
+    return questions
+
+
+SYSTEM_PROMPT = (
+    "You answer questions about an encyclopedia you have never read. Use the search tool to look things up: "
+    "search for the names in the question, one at a time. When you know the answer, reply with "
+    "<answer>...</answer> holding only the answer (a name, a town, a year, a word). If the encyclopedia does "
+    f"not say, reply <answer>{UNKNOWN}</answer>."
+)
+CLOSED_BOOK_PROMPT = (
+    "Answer the question. Reply with <answer>...</answer> holding only the answer (a name, a town, a year, a "
+    f"word). If you do not know, reply <answer>{UNKNOWN}</answer>."
+)
+
+
+@dataclass
+class SearchEnv:
+    """Questions answered with a BM25 `search` tool over the encyclopedia (an `Environment`).
+
+    mode: "agent" (the search tool, multi-turn), "closed_book" (no tool, no documents) or "rag" (no tool; the
+    top-k documents for the question itself are pasted into the prompt: one-shot retrieval).
+    """
+
+    index: SearchIndex
+    mode: str = "agent"
+    k: int = 3
+    """documents per search (the tool's default, and the RAG baseline's)"""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("agent", "closed_book", "rag"):
+            raise ValueError(f"mode must be 'agent', 'closed_book' or 'rag', got {self.mode!r}")
+
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        if self.mode == "agent":
+            return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task["question"]}]
+        if self.mode == "closed_book":
+            return [{"role": "system", "content": CLOSED_BOOK_PROMPT}, {"role": "user", "content": task["question"]}]
+        context = self.index.search(task["question"], self.k)
+        return [{"role": "system", "content": CLOSED_BOOK_PROMPT},
+                {"role": "user", "content": f"Documents:\n{context}\n\nQuestion: {task['question']}"}]
+
+    def toolbox_for(self, task: dict[str, Any] | None = None) -> Toolbox | None:
+        return Toolbox([self.index.search]) if self.mode == "agent" else None
+
+    def score(self, task: dict[str, Any], episode: Episode) -> dict[str, float]:
+        """correct: normalised exact match of the `<answer>`; f1: token F1; searches: calls made;
+        formatted: an `<answer>` was given."""
+        return {
+            "correct": float(exact_match(episode.answer, task["answer"])),
+            "f1": token_f1(episode.answer, task["answer"]),
+            "formatted": float(episode.answer is not None),
+            "searches": float(episode.num_tool_calls),
+        }
+
+
+def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3) -> list[dict[str, Any]]:
+    """The gold conversation after the prompt: one search per gold query, the tool's real replies, the answer."""
+    messages: list[dict[str, Any]] = []
+    for query in task["queries"]:
+        call = ToolCall("search", {"query": query})
+        messages.append({"role": "assistant", "content": format_tool_call(call)})
+        messages.append({"role": "tool", "name": "search", "content": index.search(query, k)})
+    messages.append({"role": "assistant", "content": f"<answer>{task['answer']}</answer>"})
+    return messages

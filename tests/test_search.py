@@ -1,0 +1,170 @@
+"""Agentic search: the generated encyclopedia, its questions and splits, the BM25 tool, the environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl_lite.chat import ToolCall, parse_tool_calls
+from agentrl_lite.episode import Episode
+from agentrl_lite.rewards import exact_match, exact_match_reward, f1_reward, normalize_answer, token_f1
+from agentrl_lite.tasks import DATA_DIR, read_jsonl
+from agentrl_lite.tasks.search import (
+    KINDS,
+    UNKNOWN,
+    SearchEnv,
+    demonstration,
+    encyclopedia,
+    search_questions,
+)
+from agentrl_lite.tools import MAX_SEARCH_RESULTS, SearchIndex, Toolbox
+
+
+@pytest.fixture(scope="module")
+def world():
+    return encyclopedia(seed=0)
+
+
+@pytest.fixture(scope="module")
+def index(world):
+    return SearchIndex(world.documents)
+
+
+@pytest.fixture(scope="module")
+def questions(world):
+    return search_questions(world, seed=0)
+
+
+def test_the_committed_corpus_and_questions_are_the_generators(world, questions):
+    assert read_jsonl(DATA_DIR / "search_corpus.jsonl") == world.documents
+    committed = [q for split in ("train", "validation", "heldout")
+                 for q in read_jsonl(DATA_DIR / f"search_{split}.jsonl")]
+    assert sorted(committed, key=lambda q: q["id"]) == sorted(questions, key=lambda q: q["id"])
+
+
+def test_corpus_size_names_and_every_kind_in_every_split(world, questions):
+    assert 500 <= len(world.documents) <= 3000
+    titles = [d["title"].lower() for d in world.documents]
+    assert len(set(titles)) == len(titles), "two entities share a name: questions would be ambiguous"
+    for split in ("train", "validation", "heldout"):
+        kinds = {q["kind"] for q in questions if q["split"] == split}
+        assert kinds == set(KINDS), (split, kinds)
+
+
+def test_heldout_questions_are_about_entities_no_training_question_names(questions):
+    train_text = " ".join(q["question"] for q in questions if q["split"] == "train")
+    heldout_anchors = {q["anchor"] for q in questions if q["split"] == "heldout"}
+    assert heldout_anchors
+    leaked = [a for a in heldout_anchors if a in train_text]
+    assert not leaked, leaked[:5]
+
+
+def test_answers_are_in_their_support_documents_and_unanswerables_are_not(world, questions):
+    text = {d["id"]: d["text"] for d in world.documents}
+    for q in questions:
+        support = " ".join(text[i] for i in q["support"])
+        if q["kind"] == "unanswerable":
+            assert q["answer"] == UNKNOWN
+            assert " in 1" not in text[q["support"][-1]], q  # the person's document states no year
+        else:
+            assert q["answer"] in support, q
+
+
+def test_the_index_finds_every_single_hop_gold_document_at_k3(index, questions):
+    single = [q for q in questions if q["kind"] == "single_hop"]
+    misses = [q for q in single if q["support"][0] not in [d["id"] for d in index.top(q["queries"][0], 3)]]
+    assert not misses, f"{len(misses)} of {len(single)} missed, e.g. {misses[:3]}"
+
+
+def test_every_hop_of_a_two_hop_question_is_found_by_its_gold_query(index, questions):
+    for q in [q for q in questions if q["kind"] == "two_hop"][:200]:
+        for query, doc in zip(q["queries"], q["support"], strict=True):
+            assert doc in [d["id"] for d in index.top(query, 3)], q
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"query": ""}, "empty"),
+    ({"query": "   "}, "empty"),
+    ({"query": "Osk", "k": 1000}, "k must be between"),
+    ({"query": "Osk", "k": 0}, "k must be between"),
+    ({"query": 42}, "string"),
+    ({"query": "Osk", "k": "3"}, "integer"),
+    ({"query": "x" * 1000}, "longer than"),
+    ({}, "missing the required argument"),
+    ({"query": "Osk", "limit": 3}, "unexpected argument"),
+])
+def test_bad_search_calls_become_error_observations(index, arguments, message):
+    observation = Toolbox([index.search]).execute(ToolCall("search", arguments))
+    assert observation.startswith("Error:") and message in observation, observation
+
+
+def test_a_query_with_no_known_word_says_so(index):
+    assert "No document matches" in index.search("qqqqzzzz")
+    assert len(index.search("the", 3).splitlines()) <= 3  # a stop word alone: no match, not a crash
+
+
+def test_search_results_are_titled_capped_and_at_most_k(index, world):
+    name = world.people[0]["name"]
+    lines = index.search(name, 2).splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"[1] {name}: ")
+    assert len(index.search("engraver born", MAX_SEARCH_RESULTS).splitlines()) == MAX_SEARCH_RESULTS
+
+
+def test_the_index_is_cached_on_disk_and_loads_to_the_same_results(world, tmp_path):
+    built = SearchIndex(world.documents, cache_dir=str(tmp_path))
+    assert len(list(tmp_path.iterdir())) == 1
+    loaded = SearchIndex(world.documents, cache_dir=str(tmp_path))
+    for p in world.people[:20]:
+        assert built.search(p["name"]) == loaded.search(p["name"])
+
+
+@pytest.mark.parametrize("predicted, gold, em, f1", [
+    ("Osk Press", "Osk Press", True, 1.0),
+    ("the osk press.", "Osk Press", True, 1.0),
+    ("  OSK   press ", "Osk Press", True, 1.0),
+    ("Osk", "Osk Press", False, 2 / 3),
+    ("Press Osk Ltd", "Osk Press", False, 0.8),
+    ("", "Osk Press", False, 0.0),
+    (None, "Osk Press", False, 0.0),
+    ("1874", 1874, True, 1.0),
+    ("rope-making", "rope making", True, 1.0),
+])
+def test_normalised_exact_match_and_f1(predicted, gold, em, f1):
+    assert exact_match(predicted, gold) is em
+    assert token_f1(predicted, gold) == pytest.approx(f1)
+
+
+def test_normalisation_removes_articles_only_as_words():
+    assert normalize_answer("The Theatre of an Anvil") == "theatre of anvil"
+
+
+def test_em_and_f1_rewards_read_only_the_answer_tag():
+    completions = [[{"role": "assistant", "content": "<answer>Osk Press</answer>"}],
+                   [{"role": "assistant", "content": "Osk Press"}],
+                   [{"role": "assistant", "content": "<answer>Osk</answer>"}]]
+    answers = ["Osk Press"] * 3
+    assert exact_match_reward(None, completions, answer=answers) == [1.0, 0.0, 0.0]
+    assert f1_reward(None, completions, answer=answers) == pytest.approx([1.0, 0.0, 2 / 3])
+
+
+def test_demonstrations_search_each_gold_query_and_see_the_answer(index, questions):
+    for q in [q for q in questions if q["kind"] != "unanswerable"][:100]:
+        messages = demonstration(q, index)
+        calls = [parse_tool_calls(m["content"]).calls for m in messages if m["role"] == "assistant"][:-1]
+        assert [c[0].arguments["query"] for c in calls] == q["queries"]
+        seen = " ".join(m["content"] for m in messages if m["role"] == "tool")
+        assert q["answer"] in seen or q["kind"] == "comparison"
+        assert messages[-1]["content"] == f"<answer>{q['answer']}</answer>"
+
+
+def test_the_environment_modes_and_score(index, questions):
+    q = next(q for q in questions if q["kind"] == "single_hop")
+    agent, closed, rag = SearchEnv(index), SearchEnv(index, mode="closed_book"), SearchEnv(index, mode="rag")
+    assert agent.toolbox_for(q).names == ["search"]
+    assert closed.toolbox_for(q) is None and rag.toolbox_for(q) is None
+    assert "Documents:" in rag.prompt(q)[1]["content"] and "Documents:" not in closed.prompt(q)[1]["content"]
+    with pytest.raises(ValueError, match="mode"):
+        SearchEnv(index, mode="oracle")
+    right = Episode(prompt=[], answer=f"the {q['answer']}")
+    wrong = Episode(prompt=[], answer=None)
+    assert agent.score(q, right)["correct"] == 1.0 and agent.score(q, right)["f1"] == 1.0
+    assert agent.score(q, wrong) == {"correct": 0.0, "f1": 0.0, "formatted": 0.0, "searches": 0.0}
