@@ -19,8 +19,8 @@ from agentrl_lite.tasks.arithmetic import (
 )
 from agentrl_lite.tasks.function_calls import function_calling_splits
 from agentrl_lite.tasks.search import SPLITS, demonstration, encyclopedia, search_questions
-from agentrl_lite.tools import SearchIndex
 from agentrl_lite.tasks.word_problems import word_problem_splits
+from agentrl_lite.tools import SearchIndex
 
 
 def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
