@@ -86,6 +86,10 @@ class GRPOConfig:
     filter_void_turns: bool = False
     """exclude episodes containing a void turn (neither a complete tool call nor an answer, see
     `episode.is_void_turn`) from the loss (SimpleTIR); without tools this drops every reply lacking <answer>"""
+    loss_on_tool_tokens: bool = False
+    """also put the tool replies' tokens (search results, calculator output: what the environment inserted)
+    in the loss, as if the policy had written them: Search-R1's ablation of retrieved-token masking. False
+    (the default, and Search-R1's choice): the loss sees only the policy's own tokens (model_mask)"""
     credit: str = "broadcast"
     """how the reward reaches the turns of an episode (see agentrl_lite.advantages): "broadcast" puts the episode's
     advantage on every token; "discounted" gives each turn its discounted return against the group's episode
@@ -305,12 +309,18 @@ class GRPOTrainer:
         return advantages, {"step_groups/shared_turn_ratio": shared}  # turns with a sibling in the same state
 
     def loss_mask(self, episodes: list[Episode]) -> list[list[int]]:
-        """model_mask, zeroed for whole episodes the config excludes from the update."""
+        """model_mask (plus the tool replies' tokens with loss_on_tool_tokens), zeroed for whole episodes the
+        config excludes from the update."""
         masks = []
         for ep in episodes:
             excluded = (self.config.mask_truncated_completions and ep.stop_reason == "max_tokens") or (
                 self.config.filter_void_turns and ep.has_void_turn)
-            masks.append([0] * len(ep.model_mask) if excluded else ep.model_mask)
+            mask = list(ep.model_mask)
+            if self.config.loss_on_tool_tokens:
+                for turn in ep.turns:
+                    if turn.role == "tool":
+                        mask[turn.start:turn.end] = [1] * (turn.end - turn.start)
+            masks.append([0] * len(mask) if excluded else mask)
         return masks
 
     def update(self, episodes: list[Episode], advantages: torch.Tensor) -> dict[str, float]:
@@ -352,10 +362,11 @@ class GRPOTrainer:
                     ref = self.reference_logprobs(ids, attention, mask) if c.loss.beta > 0 else None
                 if iteration == 0:  # π_old: the trainer's own log-probs before this update (exact: no step yet)
                     old, weights = logprobs.detach(), None
-                    if c.is_cap is not None:
+                    if c.is_cap is not None:  # only sampled tokens have a sampler log-prob; elsewhere weight 1
                         sampled = torch.tensor(batch([episodes[i].logprobs for i in idx], 0.0), device=device)
-                        weights = truncated_importance_weights(old, sampled, mask, c.is_cap)
-                        gaps.append(((old - sampled).abs()[mask.bool()], weights[mask.bool()]))
+                        drawn = torch.tensor(batch([episodes[i].model_mask for i in idx], 0), device=device) * mask
+                        weights = truncated_importance_weights(old, sampled, drawn, c.is_cap)
+                        gaps.append(((old - sampled).abs()[drawn.bool()], weights[drawn.bool()]))
                     first[lo] = (old, weights)
                 old, weights = first[lo]
                 adv = advantages[idx].to(device)

@@ -394,3 +394,25 @@ def test_the_loss_sees_importance_weights_only_with_a_cap(tmp_path, monkeypatch)
     seen.clear()
     make_trainer(tmp_path / "b", steps=1, is_cap=None).train()
     assert seen and all(w is None for w in seen)
+
+
+@pytest.mark.parametrize("on_tools", [False, True])
+def test_tool_reply_tokens_get_gradient_only_with_loss_on_tool_tokens(tmp_path, monkeypatch, on_tools):
+    """Search-R1's retrieved-token masking: by default no gradient reaches what the tool inserted."""
+    episodes = [calculator_episode("It is 391."), calculator_episode("I have computed it.")]
+    trainer = make_trainer(tmp_path, loss_on_tool_tokens=on_tools, group_size=2, micro_batch_size=2)
+    seen = []
+    real = grpo.policy_loss
+
+    def spy(logprobs, *args, **kwargs):
+        logprobs.retain_grad()
+        seen.append(logprobs)
+        return real(logprobs, *args, **kwargs)
+
+    monkeypatch.setattr(grpo, "policy_loss", spy)
+    trainer.update(episodes, torch.tensor([1.0, -1.0]))
+    grad = seen[0].grad
+    assert bool((grad[:, 10:15] != 0).any()) is on_tools  # the tool turn: tokens 10..14
+    assert bool((grad[:, 5:10] != 0).all())  # the policy's own first turn, always
+    assert bool((grad[:, :5] == 0).all())  # the prompt, never
+    assert [m[10:15] for m in trainer.loss_mask(episodes)] == [[int(on_tools)] * 5] * 2
