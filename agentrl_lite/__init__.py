@@ -4,7 +4,7 @@ The RL library, one module per pipeline stage, in the order data flows through t
 
     models      load a policy (the embedded SmolLM2, any Hugging Face id or path, LoRA)
     chat        the chat format: render with the chat template, parse tool calls, read the answer
-    tools       Toolbox (the one tool interface), calculator, python — and sandbox, which runs python
+    tools       Toolbox (the one tool interface), calculator, python, search (BM25) — and sandbox, which runs python
     episode     the record of one episode: token ids, log-probs, model_mask, turns
     env         the Environment protocol: prompt, toolbox_for, score
     rollout     batched multi-turn generation of episodes
@@ -18,8 +18,9 @@ The RL library, one module per pipeline stage, in the order data flows through t
     trl_bridge  the same environments and rewards inside TRL's GRPOTrainer
     viz         plots and the trajectory viewer
 
-Task families live in `agentrl_lite.tasks` (arithmetic, word problems, function calls and BFCL), course
-tooling in `agentrl_lite.course` (profiles, results files, data files, exercises, runner, CLI).
+Task families live in `agentrl_lite.tasks` (arithmetic, word problems, function calls and BFCL, search over a
+generated encyclopedia, kernel generation), course tooling in `agentrl_lite.course` (profiles, results files,
+data files, exercises, runner, README tables, CLI).
 """
 
 from agentrl_lite.course.profiles import resolve_profile, seed_everything

@@ -102,7 +102,22 @@ def test_nothing_probes_an_environment_for_methods():
     assert not probes, probes
 
 
-@pytest.mark.parametrize("env", [ArithmeticEnv(), ArithmeticEnv(tools=[]), FunctionCallEnv()],
-                         ids=["arithmetic", "arithmetic-no-tools", "function-calls"])
-def test_every_environment_implements_the_protocol(env):
-    assert isinstance(env, Environment)
+def _search_env():
+    from agentrl_lite.tasks import DATA_DIR, read_jsonl
+    from agentrl_lite.tasks.search import SearchEnv
+    from agentrl_lite.tools import SearchIndex
+
+    return SearchEnv(SearchIndex(read_jsonl(DATA_DIR / "search_corpus.jsonl")))
+
+
+def _kernel_env():
+    from agentrl_lite.tasks.kernels.env import KernelEnv
+
+    return KernelEnv()
+
+
+@pytest.mark.parametrize("make", [ArithmeticEnv, lambda: ArithmeticEnv(tools=[]), FunctionCallEnv, _search_env,
+                                  _kernel_env],
+                         ids=["arithmetic", "arithmetic-no-tools", "function-calls", "search", "kernels"])
+def test_every_environment_implements_the_protocol(make):
+    assert isinstance(make(), Environment)

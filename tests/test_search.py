@@ -149,6 +149,7 @@ def test_em_and_f1_rewards_read_only_the_answer_tag():
 def test_demonstrations_search_each_gold_query_and_see_the_answer(index, questions):
     for q in [q for q in questions if q["kind"] != "unanswerable"][:100]:
         messages = demonstration(q, index)
+        assert messages[0] == {"role": "user", "content": q["question"]}
         calls = [parse_tool_calls(m["content"]).calls for m in messages if m["role"] == "assistant"][:-1]
         assert [c[0].arguments["query"] for c in calls] == q["queries"]
         seen = " ".join(m["content"] for m in messages if m["role"] == "tool")
@@ -168,3 +169,40 @@ def test_the_environment_modes_and_score(index, questions):
     wrong = Episode(prompt=[], answer=None)
     assert agent.score(q, right)["correct"] == 1.0 and agent.score(q, right)["f1"] == 1.0
     assert agent.score(q, wrong) == {"correct": 0.0, "f1": 0.0, "formatted": 0.0, "searches": 0.0}
+
+
+def _episode(index, answer, searches):
+    """An episode that searched `searches` (the tool's real replies) and answered `answer`."""
+    from agentrl_lite.episode import Turn
+
+    turns = []
+    for query in searches:
+        turns.append(Turn("model", 0, 0, "", tool_calls=[{"name": "search", "arguments": {"query": query}}]))
+        turns.append(Turn("tool", 0, 0, "", tool_results=[index.search(query)]))
+    turns.append(Turn("model", 0, 0, ""))
+    return Episode(prompt=[], turns=turns, answer=answer)
+
+
+def test_failure_kinds_and_what_was_retrieved(index, questions, world):
+    from agentrl_lite.tasks.search import agent_queries, failure_kind, retrieved_titles
+
+    q = next(q for q in questions if q["kind"] == "two_hop")
+    other = next(p["name"] for p in world.people if p["name"] not in q["queries"])
+    right = _episode(index, q["answer"], q["queries"])
+    assert agent_queries(right) == q["queries"]
+    assert retrieved_titles(right)[0] == q["queries"][0]
+    assert failure_kind(q, right, index) == "right"
+    assert failure_kind(q, _episode(index, "Nowhere", q["queries"]), index) == "retrieved but wrong answer"
+    assert failure_kind(q, _episode(index, "Nowhere", [other]), index) == "gold never retrieved"
+    assert failure_kind(q, _episode(index, "Nowhere", []), index) == "no search"
+    assert failure_kind(q, _episode(index, "unknown", q["queries"]), index) == "gave up"
+    assert failure_kind(q, _episode(index, None, q["queries"]), index) == "no answer"
+
+
+def test_recall_at_k_of_gold_and_of_wrong_queries(index, questions):
+    from agentrl_lite.tasks.search import recall_at_k
+
+    q = next(q for q in questions if q["kind"] == "two_hop")
+    assert recall_at_k(index, q["queries"], q["support"], 3) == 1.0
+    assert recall_at_k(index, q["queries"][:1], q["support"], 3) == 0.5
+    assert recall_at_k(index, ["zzzz"], q["support"], 3) == 0.0

@@ -37,7 +37,7 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     questions = search_questions(world, seed=0)
     search_train = [q for q in questions if q["split"] == "train"]
     index = SearchIndex(world.documents)
-    search_sft = [{"id": q["id"], "messages": demonstration(q, index)}
+    search_sft = [{**q, "messages": demonstration(q, index)}
                   for q in random.Random(3).sample(search_train, 256)]
     files = {
         "arithmetic_train.jsonl": train,

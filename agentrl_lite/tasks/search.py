@@ -31,7 +31,7 @@ from typing import Any
 
 from agentrl_lite.chat import ToolCall, format_tool_call
 from agentrl_lite.episode import Episode
-from agentrl_lite.rewards import exact_match, token_f1
+from agentrl_lite.rewards import exact_match, normalize_answer, token_f1
 from agentrl_lite.tools import SearchIndex, Toolbox
 
 UNKNOWN = "unknown"
@@ -265,11 +265,61 @@ class SearchEnv:
 
 
 def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3) -> list[dict[str, Any]]:
-    """The gold conversation after the prompt: one search per gold query, the tool's real replies, the answer."""
-    messages: list[dict[str, Any]] = []
+    """The gold conversation after the system prompt: the question, one search per gold query with the
+    tool's real replies, then the answer."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
     for query in task["queries"]:
-        call = ToolCall("search", {"query": query})
-        messages.append({"role": "assistant", "content": format_tool_call(call)})
-        messages.append({"role": "tool", "name": "search", "content": index.search(query, k)})
+        messages.append({"role": "assistant", "content": format_tool_call(ToolCall("search", {"query": query}))})
+        messages.append({"role": "tool", "content": index.search(query, k)})
     messages.append({"role": "assistant", "content": f"<answer>{task['answer']}</answer>"})
     return messages
+
+
+# --- analysis: what the agent retrieved, recall@k, why an answer was wrong -------------------------------
+def retrieved_titles(episode: Episode) -> list[str]:
+    """Titles of the documents the search tool returned in an episode, in order (repeats kept)."""
+    titles = []
+    for turn in episode.turns:
+        for result in turn.tool_results:
+            for line in result.splitlines():
+                if line.startswith("[") and "] " in line and ": " in line:
+                    titles.append(line.split("] ", 1)[1].split(": ", 1)[0])
+    return titles
+
+
+def agent_queries(episode: Episode) -> list[str]:
+    """The queries of the episode's well-formed search calls, in order."""
+    return [str(c.get("arguments", {}).get("query", "")) for t in episode.model_turns for c in t.tool_calls
+            if c.get("name") == "search"]
+
+
+def recall_at_k(index: SearchIndex, queries: list[str], gold: list[str], k: int = 3) -> float:
+    """Share of `gold` document ids found in the top k of at least one of `queries` (1.0 for no gold)."""
+    if not gold:
+        return 1.0
+    found = {d["id"] for q in queries if q.strip() for d in index.top(q, k)}
+    return sum(g in found for g in gold) / len(gold)
+
+
+FAILURE_KINDS = ("right", "no search", "gold never retrieved", "retrieved but wrong answer", "gave up", "no answer")
+
+
+def failure_kind(task: dict[str, Any], episode: Episode, index: SearchIndex) -> str:
+    """Why an episode's answer was wrong (or "right"), from what it retrieved and what it answered.
+
+    "no search": answered without searching; "gold never retrieved": none of the supporting documents came
+    back (a wrong or missing query); "retrieved but wrong answer": a supporting document was in front of the
+    model and it extracted the wrong thing; "gave up": answered unknown to an answerable question; "no
+    answer": no `<answer>` tag (ran out of turns or tokens).
+    """
+    if exact_match(episode.answer, task["answer"]):
+        return "right"
+    if episode.answer is None:
+        return "no answer"
+    if normalize_answer(episode.answer) == UNKNOWN and task["answer"] != UNKNOWN:
+        return "gave up"
+    if episode.num_tool_calls == 0:
+        return "no search"
+    ids = {d["title"]: d["id"] for d in index.documents}
+    seen = {ids[t] for t in retrieved_titles(episode) if t in ids}
+    return "retrieved but wrong answer" if seen & set(task["support"]) else "gold never retrieved"
