@@ -1,0 +1,193 @@
+"""The kernel tasks: 22 small operators in KernelBench's format, written for this course.
+
+Each task has a PyTorch reference in KernelBench's format (a `Model` whose `forward` is the operator,
+`get_inputs()`, `get_init_inputs()`), rendered for one of three shape sets:
+- smoke: tiny, for tests and the smoke profile;
+- cpu: large enough that a CPU timing is not dominated by call overhead (about a million elements);
+- gpu: large enough that an H100 kernel is not launch-bound (16M elements, 4096², a 2048³ matmul).
+
+What the policy writes for the `cpu_c` backend is one C function with a fixed signature: every input as a
+`const float*` (row-major, contiguous), the output as `float* out`, then the sizes as `int`s, e.g.
+`void kernel(const float* x, const float* bias, float* out, int rows, int cols)`. `naive_c` is a correct,
+straightforward body for each task: the demonstrations of a cold start, and the "correct" candidate of tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SHAPES: dict[str, dict[str, int]] = {
+    "smoke": {"n": 4096, "rows": 8, "cols": 128, "m": 16, "k": 16, "p": 16},
+    "cpu": {"n": 1 << 20, "rows": 256, "cols": 1024, "m": 128, "k": 128, "p": 128},
+    "gpu": {"n": 1 << 24, "rows": 4096, "cols": 4096, "m": 2048, "k": 2048, "p": 2048},
+}
+"""size names → values per shape set"""
+
+
+@dataclass(frozen=True)
+class KernelTask:
+    """One operator: what to compute, its PyTorch reference, the C signature the candidate implements."""
+
+    name: str
+    description: str
+    """what to compute, in words (shown to the policy)"""
+    forward: str
+    """the reference's forward expression in PyTorch, over the input names"""
+    inputs: tuple[tuple[str, str], ...]
+    """(name, shape as size names, e.g. "rows, cols") of each input, in the C signature's order"""
+    sizes: tuple[str, ...]
+    """the size names passed to the C function after `out`, in order"""
+    naive_c: str
+    """a correct, plain C body for the function (no speed tricks)"""
+    split: str = "train"
+    """"train" or "heldout": held-out operators are never trained on"""
+    tolerance: float = 1e-4
+    """atol = rtol for fp32 (KernelBench: 1e-4); 1e-3 where the summation order legitimately differs"""
+
+    @property
+    def signature(self) -> str:
+        args = [f"const float* {name}" for name, _ in self.inputs] + ["float* out"]
+        return f"void kernel({', '.join(args + [f'int {s}' for s in self.sizes])})"
+
+    def naive_source(self) -> str:
+        """A complete, correct candidate: includes, the signature, the naive body."""
+        return f"#include <math.h>\n\n{self.signature} {{\n{self.naive_c}\n}}\n"
+
+    def reference_source(self, shape: str = "cpu") -> str:
+        """The task in KernelBench's format, with the sizes of `shape` as module constants."""
+        dims = SHAPES[shape]
+        names = ", ".join(name for name, _ in self.inputs)
+        inputs = ", ".join(f"torch.randn({dims_of})" for _, dims_of in self.inputs)
+        constants = "\n".join(f"{s} = {dims[s]}" for s in sorted({d.strip() for _, ds in self.inputs
+                                                                    for d in ds.split(",")} | set(self.sizes)))
+        return (f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                f"    \"\"\"{self.description}\"\"\"\n\n"
+                f"    def __init__(self):\n        super().__init__()\n\n"
+                f"    def forward(self, {names}):\n        return {self.forward}\n\n\n"
+                f"{constants}\n\n\ndef get_inputs():\n    return [{inputs}]\n\n\n"
+                f"def get_init_inputs():\n    return []\n")
+
+
+def _elementwise(name: str, description: str, forward: str, expression: str, split: str = "train",
+                 inputs: tuple[str, ...] = ("x",)) -> KernelTask:
+    """out[i] = expression(inputs[i]) over n elements."""
+    return KernelTask(name, description, forward, tuple((i, "n") for i in inputs), ("n",),
+                      f"    for (int i = 0; i < n; i++) {{\n        out[i] = {expression};\n    }}", split)
+
+
+def _bias(name: str, description: str, forward: str, expression: str, split: str = "train",
+          extra: tuple[str, ...] = ()) -> KernelTask:
+    """out[r][c] = expression(v) with v = x[r][c] + bias[c], over a (rows, cols) matrix."""
+    inputs = (("x", "rows, cols"), ("bias", "cols")) + tuple((e, "rows, cols") for e in extra)
+    extra_reads = "".join(f"        float {e}_v = {e}[r * cols + c];\n" for e in extra)
+    body = ("    for (int r = 0; r < rows; r++) {\n        for (int c = 0; c < cols; c++) {\n"
+            "            float v = x[r * cols + c] + bias[c];\n"
+            + extra_reads.replace("        float", "            float")
+            + f"            out[r * cols + c] = {expression};\n        }}\n    }}")
+    return KernelTask(name, description, forward, inputs, ("rows", "cols"), body, split)
+
+
+def _rows(name: str, description: str, forward: str, body: str, split: str = "train",
+          tolerance: float = 1e-3) -> KernelTask:
+    """A row-wise operator over a (rows, cols) matrix x; the body loops over rows itself."""
+    return KernelTask(name, description, forward, (("x", "rows, cols"),), ("rows", "cols"), body, split, tolerance)
+
+
+_SOFTMAX = """    for (int r = 0; r < rows; r++) {
+        const float* row = x + r * cols;
+        float m = row[0];
+        for (int c = 1; c < cols; c++) m = row[c] > m ? row[c] : m;
+        float s = 0.0f;
+        for (int c = 0; c < cols; c++) { out[r * cols + c] = expf(row[c] - m); s += out[r * cols + c]; }
+        for (int c = 0; c < cols; c++) out[r * cols + c] /= s;
+    }"""
+_LAYERNORM = """    for (int r = 0; r < rows; r++) {
+        const float* row = x + r * cols;
+        float mean = 0.0f, var = 0.0f;
+        for (int c = 0; c < cols; c++) mean += row[c];
+        mean /= cols;
+        for (int c = 0; c < cols; c++) var += (row[c] - mean) * (row[c] - mean);
+        var /= cols;
+        float inv = 1.0f / sqrtf(var + 1e-5f);
+        for (int c = 0; c < cols; c++) out[r * cols + c] = (row[c] - mean) * inv;
+    }"""
+_RMSNORM = """    for (int r = 0; r < rows; r++) {
+        const float* row = x + r * cols;
+        float ss = 0.0f;
+        for (int c = 0; c < cols; c++) ss += row[c] * row[c];
+        float inv = 1.0f / sqrtf(ss / cols + 1e-6f);
+        for (int c = 0; c < cols; c++) out[r * cols + c] = row[c] * inv;
+    }"""
+_ROW_REDUCE = """    for (int r = 0; r < rows; r++) {{
+        float acc = {init};
+        for (int c = 0; c < cols; c++) {{
+            float v = x[r * cols + c];
+            acc = {update};
+        }}
+        out[r] = {final};
+    }}"""
+_MATMUL = """    for (int i = 0; i < m; i++) {{
+        for (int j = 0; j < p; j++) {{
+            float acc = 0.0f;
+            for (int t = 0; t < k; t++) acc += a[i * k + t] * b[t * p + j];
+            float v = acc + bias[j];
+            out[i * p + j] = {epilogue};
+        }}
+    }}"""
+
+TASKS: list[KernelTask] = [
+    _elementwise("relu", "ReLU: out[i] = max(x[i], 0)", "torch.relu(x)", "x[i] > 0.0f ? x[i] : 0.0f"),
+    _elementwise("leaky_relu", "Leaky ReLU with slope 0.01: out[i] = x[i] if x[i] > 0 else 0.01 * x[i]",
+                 "torch.nn.functional.leaky_relu(x, 0.01)", "x[i] > 0.0f ? x[i] : 0.01f * x[i]", "heldout"),
+    _elementwise("sigmoid", "Sigmoid: out[i] = 1 / (1 + exp(-x[i]))", "torch.sigmoid(x)",
+                 "1.0f / (1.0f + expf(-x[i]))"),
+    _elementwise("silu", "SiLU: out[i] = x[i] / (1 + exp(-x[i]))", "torch.nn.functional.silu(x)",
+                 "x[i] / (1.0f + expf(-x[i]))"),
+    _elementwise("tanh", "Hyperbolic tangent: out[i] = tanh(x[i])", "torch.tanh(x)", "tanhf(x[i])", "heldout"),
+    _elementwise("gelu_tanh", "GELU, tanh approximation: 0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3)))",
+                 "torch.nn.functional.gelu(x, approximate='tanh')",
+                 "0.5f * x[i] * (1.0f + tanhf(0.7978845608f * (x[i] + 0.044715f * x[i] * x[i] * x[i])))"),
+    _elementwise("square", "Square: out[i] = x[i] * x[i]", "x * x", "x[i] * x[i]"),
+    _elementwise("clamp", "Clamp to [-1, 1]: out[i] = min(max(x[i], -1), 1)", "torch.clamp(x, -1.0, 1.0)",
+                 "x[i] < -1.0f ? -1.0f : (x[i] > 1.0f ? 1.0f : x[i])"),
+    _elementwise("add", "Sum of two tensors: out[i] = a[i] + b[i]", "a + b", "a[i] + b[i]", inputs=("a", "b")),
+    _elementwise("mul_add", "Fused multiply-add: out[i] = a[i] * b[i] + c[i]", "a * b + c", "a[i] * b[i] + c[i]",
+                 inputs=("a", "b", "c")),
+    _elementwise("scale_shift", "Scale and shift: out[i] = 2.5 * x[i] + 1.0", "x * 2.5 + 1.0",
+                 "2.5f * x[i] + 1.0f", "heldout"),
+    _elementwise("abs_diff", "Absolute difference: out[i] = |a[i] - b[i]|", "torch.abs(a - b)",
+                 "fabsf(a[i] - b[i])", inputs=("a", "b")),
+    _bias("bias_relu", "Bias then ReLU: out[r][c] = max(x[r][c] + bias[c], 0)", "torch.relu(x + bias)",
+          "v > 0.0f ? v : 0.0f"),
+    _bias("bias_sigmoid_scale", "Bias, sigmoid, times 2: out[r][c] = 2 / (1 + exp(-(x[r][c] + bias[c])))",
+          "2.0 * torch.sigmoid(x + bias)", "2.0f / (1.0f + expf(-v))"),
+    _bias("bias_gelu", "Bias then GELU (tanh approximation) of v = x[r][c] + bias[c]",
+          "torch.nn.functional.gelu(x + bias, approximate='tanh')",
+          "0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)))", "heldout"),
+    _bias("bias_relu_residual", "Bias, ReLU, plus a residual: out[r][c] = max(x[r][c] + bias[c], 0) + res[r][c]",
+          "torch.relu(x + bias) + res", "(v > 0.0f ? v : 0.0f) + res_v", extra=("res",)),
+    _rows("row_sum", "Sum of each row: out[r] = sum over c of x[r][c]", "x.sum(dim=1)",
+          _ROW_REDUCE.format(init="0.0f", update="acc + v", final="acc")),
+    _rows("row_max", "Maximum of each row: out[r] = max over c of x[r][c]", "x.max(dim=1).values",
+          _ROW_REDUCE.format(init="-INFINITY", update="v > acc ? v : acc", final="acc"), tolerance=1e-4),
+    _rows("row_rms", "Root mean square of each row: out[r] = sqrt(mean over c of x[r][c]^2)",
+          "torch.sqrt((x * x).mean(dim=1))", _ROW_REDUCE.format(init="0.0f", update="acc + v * v",
+                                                                final="sqrtf(acc / cols)"), "heldout"),
+    _rows("softmax", "Softmax of each row (subtract the row maximum before exp for stability)",
+          "torch.softmax(x, dim=1)", _SOFTMAX),
+    _rows("layernorm", "Layer normalisation of each row without affine parameters, eps = 1e-5 "
+          "(biased variance)", "torch.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5)", _LAYERNORM),
+    _rows("rmsnorm", "RMS normalisation of each row: x[r][c] / sqrt(mean over c of x[r][c]^2 + 1e-6)",
+          "x * torch.rsqrt((x * x).mean(dim=1, keepdim=True) + 1e-6)", _RMSNORM, "heldout"),
+    KernelTask("matmul_bias_relu", "Matrix product a (m, k) @ b (k, p), plus bias (p,), then ReLU",
+               "torch.relu(a @ b + bias)", (("a", "m, k"), ("b", "k, p"), ("bias", "p")), ("m", "k", "p"),
+               _MATMUL.format(epilogue="v > 0.0f ? v : 0.0f"), tolerance=1e-3),
+]
+"""every task, train and held-out"""
+
+
+def task_by_name(name: str) -> KernelTask:
+    for task in TASKS:
+        if task.name == name:
+            return task
+    raise KeyError(f"no kernel task named {name!r}; known: {', '.join(t.name for t in TASKS)}")
