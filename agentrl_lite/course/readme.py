@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from agentrl_lite.course.results import metric
 from agentrl_lite.tasks import REPO_ROOT
 
 
@@ -99,19 +100,12 @@ HEADLINES: dict[str, tuple[str, list[tuple[str, str]]]] = {
 """results file → (what is measured, [(label, dotted metric path)]) for the README's headline table"""
 
 
-def _metric(metrics: dict, path: str):
-    value = metrics
-    for key in path.split("."):
-        value = value[key]
-    return value
-
-
 def render_lesson_headlines(results_dir: Path) -> str:
     """One row per lesson with an RL or SFT result: the committed cpu run's headline numbers and provenance."""
     lines = ["| lesson | measured | values | run |", "|---|---|---|---|"]
     for name, (what, fields) in HEADLINES.items():
         record = json.loads((results_dir / f"{name}.json").read_text())
-        values = "; ".join(f"{label} {_metric(record['metrics'], path):.2f}" for label, path in fields)
+        values = "; ".join(f"{label} {metric(record, path):.2f}" for label, path in fields)
         lines.append(f"| {name[:2]} | {what} | {values} | seed {record['seed']}, {record['date'][:10]}, "
                      f"`results/{name}.json` |")
     return "\n".join(lines)

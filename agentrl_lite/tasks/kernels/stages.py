@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from agentrl_lite.tasks.kernels import cpu_c
+import agentrl_lite.tasks.kernels.cpu_c as cpu_c
 from agentrl_lite.tasks.kernels.catalog import SHAPES, KernelTask
 
 CORRECTNESS_SEEDS = (0, 1, 2, 3, 4)
