@@ -30,6 +30,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 PREFIX_MIN_TOKENS = 8
 """shorter shared prefixes are not worth a separate forward pass"""
+PREFILL_TOKENS = 4096
+"""distinct prompts are prefilled in groups of similar length of at most this many tokens, padding included"""
 COMPACT_SHARE = 0.25
 """drop finished rows from the batch once they are at least this share of it"""
 
@@ -157,6 +159,19 @@ def _common_prefix(rows: list[list[int]]) -> int:
     return n
 
 
+def _length_groups(lengths: list[int], budget: int | None = None) -> list[list[int]]:
+    """Indices of `lengths` in groups of similar length (shortest first), each at most `budget` padded tokens
+    (rows × longest; default PREFILL_TOKENS), or one row: prefilled together they attend over little padding."""
+    budget = PREFILL_TOKENS if budget is None else budget
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if groups and (len(groups[-1]) + 1) * lengths[i] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 def _start_fresh(model: PreTrainedModel, prompts: list[list[int]], pad: int, room: int) -> tuple[_Batch, torch.Tensor]:
     """Prefill prompts without a cache: the shared prefix once, each distinct prompt once, then one row per prompt."""
     device = next(model.parameters()).device
@@ -176,10 +191,23 @@ def _start_fresh(model: PreTrainedModel, prompts: list[list[int]], pad: int, roo
         batch.values[:, :, :, :shared] = head.values
         batch.valid[:, :shared] = True
         batch.length = shared
-    ids, valid = _right_aligned(suffixes, pad, device)
-    first = torch.full((len(unique),), shared, dtype=torch.long, device=device)
-    logits = _forward(model, batch, ids, valid, _positions(valid, first))
-    batch.positions = first + valid.sum(1)
+    logits = torch.empty(len(unique), model.config.vocab_size, device=device)
+    for group in _length_groups([len(s) for s in suffixes]):  # prompts of similar length, so little padding
+        sub = _Batch(model, len(group), shared + max(len(suffixes[i]) for i in group))
+        if shared:
+            sub.keys[:, :, :, :shared] = batch.keys[:, :1, :, :shared]
+            sub.values[:, :, :, :shared] = batch.values[:, :1, :, :shared]
+            sub.valid[:, :shared] = True
+            sub.length = shared
+        ids, valid = _right_aligned([suffixes[i] for i in group], pad, device)
+        first = torch.full((len(group),), shared, dtype=torch.long, device=device)
+        rows = torch.tensor(group, device=device)
+        logits[rows] = _forward(model, sub, ids, valid, _positions(valid, first))
+        batch.keys[:, rows, :, shared + width - ids.shape[1]:shared + width] = sub.keys[:, :, :, shared:]  # right-aligned
+        batch.values[:, rows, :, shared + width - ids.shape[1]:shared + width] = sub.values[:, :, :, shared:]
+        batch.valid[rows, shared + width - ids.shape[1]:shared + width] = valid
+        batch.positions[rows] = first + valid.sum(1)
+    batch.length = shared + width
     rows = torch.tensor([index[tuple(p)] for p in prompts], device=device)
     batch.keep(rows)
     return batch, logits[rows]

@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
+from agentrl_lite.models import sampling_copy
 from agentrl_lite.rewards import tool_productivity
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -156,15 +157,20 @@ def evaluate(
     tasks: Sequence[dict[str, Any]],
     config: RolloutConfig | None = None,
     label_key: str | None = None,
+    dtype: str | None = None,
 ) -> EvalReport:
     """Roll out one episode per task in `env` and score each with `env.score(task, episode)`.
 
     config: how episodes are sampled; default `GREEDY` (temperature 0: one deterministic answer per task).
     label_key: the task field to report per label (default: the first of `LABEL_KEYS` a task has).
+    dtype: None evaluates the model as it is. "auto" or "bfloat16": a copy cast to that dtype answers
+        (`models.sampling_copy`), as an inference server would serve the policy; on a CPU with bf16 instructions
+        it runs about twice as fast. Greedy answers can then differ from the fp32 policy's where two tokens are
+        nearly tied, so compare policies evaluated with the same dtype. On a GPU the policy is bf16 already.
     Each episode also keeps its score as `episode.metadata["score"]`, which the trajectory viewer shows.
     """
     tasks = list(tasks)
-    episodes = rollout_env(model, tokenizer, env, tasks, config or GREEDY)
+    episodes = rollout_env(sampling_copy(model, dtype) or model, tokenizer, env, tasks, config or GREEDY)
     scores = [env.score(task, ep) for task, ep in zip(tasks, episodes, strict=True)]
     for ep, score in zip(episodes, scores, strict=True):
         ep.metadata["score"] = score

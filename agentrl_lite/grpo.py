@@ -50,7 +50,7 @@ from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
 from agentrl_lite.logprobs import token_logprobs
 from agentrl_lite.loss import LossConfig, policy_loss, truncated_importance_weights
-from agentrl_lite.models import adamw, fast_sampler_dtype, resolve_dtype
+from agentrl_lite.models import adamw, sampling_copy
 from agentrl_lite.rewards import RewardFunc, reward_kwargs
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -175,12 +175,7 @@ class GRPOTrainer:
         self.loss_config = replace(c.loss, max_completion_length=c.loss.max_completion_length or budget)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = adamw(self.params, lr=c.lr, weight_decay=c.weight_decay)
-        self.sampler: PreTrainedModel | None = None  # a lower-precision copy of the policy that samples
-        device, dtype = self.params[0].device, self.params[0].dtype
-        sampler_dtype = fast_sampler_dtype(device) if c.sampler_dtype == "auto" else c.sampler_dtype
-        if sampler_dtype is not None and resolve_dtype(sampler_dtype, device) != dtype:
-            self.sampler = copy.deepcopy(model).to(resolve_dtype(sampler_dtype, device))
-            self.sampler.eval().requires_grad_(False)
+        self.sampler = sampling_copy(model, c.sampler_dtype)  # a lower-precision copy of the policy that samples
         self.reference = None
         if c.loss.beta > 0 and not hasattr(model, "disable_adapter"):  # with LoRA the base model is the reference
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)

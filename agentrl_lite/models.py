@@ -11,6 +11,7 @@ which loading takes about a second.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 from pathlib import Path
@@ -116,6 +117,19 @@ def fast_sampler_dtype(device: torch.device | str = "cpu") -> str | None:
     if torch.device(device).type != "cpu":
         return None
     return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
+
+
+def sampling_copy(model: PreTrainedModel, dtype: str | None = "auto") -> PreTrainedModel | None:
+    """A frozen copy of `model` cast to `dtype` to sample with, or None where no copy is worth making.
+
+    dtype: "auto" (`fast_sampler_dtype` of the model's device), "bfloat16", ...; None, or the model's own dtype:
+    no copy (None is returned and the caller samples with the model itself).
+    """
+    param = next(model.parameters())
+    dtype = fast_sampler_dtype(param.device) if dtype == "auto" else dtype
+    if dtype is None or resolve_dtype(dtype, param.device) == param.dtype:
+        return None
+    return copy.deepcopy(model).to(resolve_dtype(dtype, param.device)).eval().requires_grad_(False)
 
 
 def load_policy(

@@ -46,7 +46,8 @@ class RolloutConfig:
     top_p: float = 1.0
     """nucleus sampling; keep 1.0 for RL so the recorded distribution is the one sampled from"""
     batch_size: int = 32
-    """episodes sampled together"""
+    """episodes sampled together; when there are more, they are batched by length (shortest first), so
+    episodes of similar length share a batch and little padding is attended over"""
     engine: str = "kv_cache"
     """"kv_cache": `agentrl_lite.engine` (cache kept across turns, shared prefix run once); "generate": one
     `model.generate` call per turn over the whole episode (the reference the engine is tested against)"""
@@ -147,6 +148,8 @@ def rollout(
         active = [i for i, ep in enumerate(episodes) if ep.stop_reason is None]
         if not active:
             break
+        if len(active) > config.batch_size:  # batch episodes of similar length: less padding to attend over
+            active.sort(key=lambda i: len(episodes[i].token_ids))
         for chunk_start in range(0, len(active), config.batch_size):
             chunk = active[chunk_start:chunk_start + config.batch_size]
             sequences = [episodes[i].token_ids for i in chunk]

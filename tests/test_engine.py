@@ -105,6 +105,35 @@ def test_sampled_logprobs_equal_a_fresh_forward_with_a_shared_prefix_and_groups(
             torch.testing.assert_close(torch.tensor(ep.logprobs[1:])[mask], fresh[mask], atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("budget", [1, 40])
+def test_prompts_of_different_lengths_prefilled_in_groups_stay_exact(monkeypatch, budget):
+    """With a small prefill budget the distinct prompts are run in several length groups (one row each at
+    budget 1; with padding inside a group at 40) and copied into the batch right-aligned: greedy tokens and
+    log-probs must not change. No system prompt, so the prompts are short and a padding column wrongly attended
+    to moves the log-probs (checked by breaking the copy)."""
+    import agentrl_lite.engine as engine_module
+
+    model, tokenizer = tiny_policy(seed=5, init_std=0.5)
+    questions = ["a", "What is 17 * 23, and why?", "b c", "Name three colours of the rainbow in order, please."]
+    prompts = [[{"role": "user", "content": q}] for q in questions for _ in range(2)]
+
+    def greedy(engine):
+        config = RolloutConfig(max_turns=1, max_new_tokens=12, temperature=0.0, progress=False, engine=engine)
+        return rollout(model, tokenizer, prompts, None, config)
+
+    reference = greedy("generate")
+    monkeypatch.setattr(engine_module, "PREFILL_TOKENS", budget)
+    groups = engine_module._length_groups([3, 30, 5, 40])
+    assert sorted(i for g in groups for i in g) == [0, 1, 2, 3] and len(groups) > 1
+    ours = greedy("kv_cache")
+    assert_same_episodes(ours, reference)
+    with torch.no_grad():
+        for ep in ours:
+            mask = torch.tensor(ep.model_mask[1:], dtype=torch.bool)
+            torch.testing.assert_close(torch.tensor(ep.logprobs[1:])[mask], fresh_logprobs(model, ep.token_ids, 1.0)[mask],
+                                       atol=1e-4, rtol=0)
+
+
 def test_the_engine_frees_what_it_no_longer_needs_and_refuses_a_mixed_batch():
     model, tokenizer = tiny_policy(seed=5)
     engine = Engine(model, tokenizer.pad_token_id, end_of_turn_id(tokenizer))

@@ -93,3 +93,21 @@ def test_evaluate_rolls_out_and_scores_every_task_through_the_environment():
     again = evaluate(model, tokenizer, ArithmeticEnv(), tasks)
     assert [ep.token_ids for ep in again.episodes] == [ep.token_ids for ep in evaluate(
         model, tokenizer, ArithmeticEnv(), tasks).episodes]
+
+
+def test_evaluate_in_bf16_answers_with_a_cast_copy_and_leaves_the_policy_alone():
+    import copy
+
+    import torch
+
+    model, tokenizer = tiny_policy(seed=1, init_std=0.5)
+    tasks = word_problem_tasks(2, seed=0)
+    config = RolloutConfig(max_turns=1, max_new_tokens=6, temperature=0.0, progress=False)
+    report = evaluate(model, tokenizer, ArithmeticEnv(), tasks, config, dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.float32  # the policy itself is not cast
+    cast = copy.deepcopy(model).to(torch.bfloat16)
+    by_hand = evaluate(cast, tokenizer, ArithmeticEnv(), tasks, config)
+    assert [ep.token_ids for ep in report.episodes] == [ep.token_ids for ep in by_hand.episodes]
+    assert [ep.logprobs for ep in report.episodes] == [ep.logprobs for ep in by_hand.episodes]
+    fp32 = evaluate(model, tokenizer, ArithmeticEnv(), tasks, config)
+    assert [ep.logprobs for ep in fp32.episodes] != [ep.logprobs for ep in report.episodes]  # it really was bf16
