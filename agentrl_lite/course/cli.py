@@ -38,6 +38,21 @@ def _course(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    from agentrl_lite.course.reproduce import LESSONS, reproduce
+
+    if args.lesson not in LESSONS:
+        print(f"lesson {args.lesson} cannot be reproduced yet; choose one of {', '.join(sorted(LESSONS))}")
+        return 2
+    try:
+        run_dir, path = reproduce(args.lesson, args.seeds, profile=args.profile, out_root=args.out)
+    except RuntimeError as exc:
+        print(exc)
+        return 1
+    print(f"Runs: {run_dir}\nSummary: {path}")
+    return 0
+
+
 def _exercises(args: argparse.Namespace) -> int:
     from agentrl_lite.course.exercises import build_exercises
 
@@ -115,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     course.add_argument("--out", default="runs", help="folder that receives the run folder (default: runs)")
     course.set_defaults(func=_course)
+
+    reproduce = sub.add_parser(
+        "reproduce", help="run one lesson's notebook once per seed and write results/<lesson>_seeds.json"
+    )
+    reproduce.add_argument("lesson", help="the lesson's number, e.g. 09")
+    reproduce.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
+    reproduce.add_argument("--profile", default="auto", choices=["auto", "smoke", "cpu", "gpu"])
+    reproduce.add_argument("--out", default="runs", help="folder that receives the run folder (default: runs)")
+    reproduce.set_defaults(func=_reproduce)
 
     exercises = sub.add_parser("exercises", help="generate exercises/ from the solution notebooks")
     exercises.add_argument(

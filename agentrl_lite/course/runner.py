@@ -146,13 +146,15 @@ def execute_notebook(
     timeout_per_cell: int | None = 1800,
     allow_errors: bool = False,
     env: dict[str, str] | None = None,
+    parameters: dict[str, object] | None = None,
 ) -> NotebookRun:
     """Run a notebook top to bottom in a fresh kernel and write the executed copy to `out_path`.
 
     The kernel sees `AGENTRL_PROFILE=<profile>`, this package on PYTHONPATH, and `env`. It runs in the
     notebook's own folder. Execution stops at the first failing cell unless `allow_errors` (then every cell
     runs and every error is recorded, which is how exercise notebooks are checked). A cell running longer
-    than `timeout_per_cell` seconds stops the notebook with a CellTimeoutError.
+    than `timeout_per_cell` seconds stops the notebook with a CellTimeoutError. `parameters` replace the
+    values of the notebook's cell tagged "parameters" (papermill), e.g. {"SEED": 1}.
     """
     path, out_path = Path(path).resolve(), Path(out_path).resolve()
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,6 +173,7 @@ def execute_notebook(
                 progress_bar=False,
                 execution_timeout=timeout_per_cell,
                 allow_errors=allow_errors,
+                parameters=parameters or {},
             )
         except PapermillExecutionError:
             pass  # the failing cells carry error outputs in the executed copy; read below

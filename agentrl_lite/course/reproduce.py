@@ -1,0 +1,134 @@
+"""Reproduce a lesson's measured pipeline over several seeds (course tooling).
+
+One run of a lesson is one SFT start and one RL seed; its held-out numbers move from seed to seed by more than
+most of the gains a small model makes. `agentrl-lite reproduce 09 --seeds 0 1 2` executes the lesson's notebook
+once per seed (papermill sets `SEED`, which seeds the cold start, the RL run and the sampling), each into its
+own folder under runs/, then writes `results/<lesson results>_seeds.json`:
+
+- per stage (raw, SFT, SFT + GRPO, ...): every seed's held-out accuracy and per-label accuracy, and the mean
+  over seeds with a Student-t interval (`stats.mean_ci`);
+- per comparison (e.g. "SFT + GRPO" against "SFT agent"): each seed's paired difference on the same held-out
+  items and its exact McNemar test, the mean difference over seeds with its t interval, and a paired bootstrap
+  interval over items of the seed-averaged per-item scores (`stats.paired_bootstrap`).
+
+A lesson can be reproduced when its results file stores, for every evaluated stage, the per-item `correct`
+vector of the same held-out items in every seed (the held-out subset must not depend on the seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentrl_lite.course.profiles import resolve_profile
+from agentrl_lite.course.results import metric, write_results
+from agentrl_lite.course.runner import BUDGET_S, _environ, _new_run_dir, execute_notebook
+from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
+from agentrl_lite.tasks import REPO_ROOT
+
+
+@dataclass(frozen=True)
+class Reproducible:
+    """What `reproduce` needs to know of a lesson."""
+
+    notebook: str
+    """the notebook under notebooks/"""
+    results: str
+    """the name of the results file the notebook writes (results/<name>.json)"""
+    items: str
+    """dotted path, inside the results' metrics, of the stage → evaluation mapping; each evaluation holds
+    `correct` (per held-out item), `accuracy` and `by_label`"""
+    comparisons: tuple[tuple[str, str], ...]
+    """(after, before) stage pairs whose paired differences are the lesson's claims"""
+    scalars: tuple[str, ...] = ()
+    """other metrics (dotted paths) reported per seed with a mean and interval, e.g. "notebook_seconds\""""
+
+
+LESSONS: dict[str, Reproducible] = {
+    "09": Reproducible(
+        notebook="09_agentic_search.ipynb", results="09_agentic_search", items="heldout",
+        comparisons=(("SFT + GRPO", "SFT agent"), ("SFT + GRPO", "closed-book"), ("SFT + GRPO", "one-shot RAG"),
+                     ("SFT agent", "closed-book"), ("SFT + GRPO, retrieved tokens trained on", "SFT + GRPO")),
+        scalars=("notebook_seconds", "sft.seconds", "runs.retrieved tokens masked.seconds"),
+    ),
+}
+
+
+def aggregate(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The multi-seed summary of one lesson from its per-seed results records (seed → record)."""
+    seeds = sorted(records)
+    evaluations = {s: metric(records[s], spec.items) for s in seeds}
+    stages = list(evaluations[seeds[0]])
+    for s in seeds:
+        if list(evaluations[s]) != stages:
+            raise ValueError(f"seed {s} evaluated stages {list(evaluations[s])}, seed {seeds[0]} {stages}")
+        sizes = {len(evaluations[s][stage]["correct"]) for stage in stages}
+        if sizes != {len(evaluations[seeds[0]][stages[0]]["correct"])}:
+            raise ValueError(f"seed {s}: stages scored different numbers of items {sizes}")
+
+    def correct(stage: str) -> np.ndarray:  # (seeds, items)
+        return np.array([evaluations[s][stage]["correct"] for s in seeds], dtype=float)
+
+    out: dict[str, Any] = {"seeds": seeds, "n_items": int(correct(stages[0]).shape[1]), "stages": {}, "comparisons": {}}
+    for stage in stages:
+        accuracy = [float(evaluations[s][stage]["accuracy"]) for s in seeds]
+        labels = list(evaluations[seeds[0]][stage].get("by_label", {}))
+        out["stages"][stage] = {
+            "accuracy": {"per_seed": accuracy, **mean_ci(accuracy).to_dict()},
+            "by_label": {label: {"per_seed": (v := [float(evaluations[s][stage]["by_label"][label]) for s in seeds]),
+                                 **mean_ci(v).to_dict()} for label in labels},
+        }
+    for after, before in spec.comparisons:
+        if after not in stages or before not in stages:
+            continue
+        a, b = correct(after), correct(before)
+        per_seed = [float(x) for x in (a - b).mean(1)]
+        out["comparisons"][f"{after} vs {before}"] = {
+            "after": after, "before": before,
+            "difference_per_seed": per_seed,
+            "mean_over_seeds": mean_ci(per_seed).to_dict(),
+            "paired_bootstrap_over_items": paired_bootstrap(a, b).to_dict(),
+            "mcnemar_per_seed": [mcnemar(a[i], b[i]) for i in range(len(seeds))],
+        }
+    out["scalars"] = {}
+    for path in spec.scalars:
+        values = [float(metric(records[s], path)) for s in seeds]
+        out["scalars"][path] = {"per_seed": values, **mean_ci(values).to_dict()}
+    return out
+
+
+def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: str | Path = "runs",
+              notebooks_dir: str | Path = REPO_ROOT / "notebooks") -> tuple[Path, Path]:
+    """Run a lesson's notebook once per seed and write its multi-seed results file; returns (run folder,
+    results file). A seed whose notebook fails stops the command: a summary over the seeds that happened to
+    work would hide the failure."""
+    if lesson not in LESSONS:
+        raise KeyError(f"lesson {lesson!r} cannot be reproduced yet; choose one of {sorted(LESSONS)}")
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise ValueError(f"seeds must be distinct and at least one: {seeds}")
+    spec = LESSONS[lesson]
+    profile = resolve_profile(profile)
+    command = os.environ.get("AGENTRL_COMMAND") or (
+        f"agentrl-lite reproduce {lesson} --profile {profile} --seeds {' '.join(map(str, seeds))}")
+    run_dir = _new_run_dir(Path(out_root))
+    records: dict[int, dict[str, Any]] = {}
+    for seed in seeds:
+        seed_dir = (run_dir / f"seed_{seed}").resolve()
+        with _environ({"AGENTRL_RESULTS": str(seed_dir), "AGENTRL_COMMAND": f"{command}  # seed {seed}"}):
+            run = execute_notebook(Path(notebooks_dir) / spec.notebook, seed_dir / spec.notebook, profile,
+                                   timeout_per_cell=2 * BUDGET_S[profile], parameters={"SEED": seed})
+        if run.status != "ok":
+            raise RuntimeError(f"seed {seed}: {spec.notebook} failed ({run.error}); executed copy in {seed_dir}")
+        folder = seed_dir / "smoke" if profile == "smoke" else seed_dir
+        records[seed] = json.loads((folder / f"{spec.results}.json").read_text())
+    summary = aggregate(spec, records)
+    summary["run_dir"] = run_dir.name
+    summary["notebook"] = spec.notebook
+    path = write_results(f"{spec.results}_seeds", summary, profile=profile,
+                         model=records[seeds[0]]["model"], seed=seeds[0], command=command)
+    return run_dir, path

@@ -1,0 +1,57 @@
+"""The multi-seed summary: per-seed numbers, means with intervals, and paired comparisons on the same items."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl_lite.course.reproduce import LESSONS, Reproducible, aggregate
+from agentrl_lite.stats import mean_ci
+
+SPEC = Reproducible(notebook="x.ipynb", results="x", items="heldout", comparisons=(("rl", "sft"), ("rl", "absent")),
+                    scalars=("notebook_seconds",))
+
+
+def evaluation(correct, labels):
+    by_label = {lab: sum(c for c, l2 in zip(correct, labels, strict=True) if l2 == lab) / labels.count(lab)
+                for lab in dict.fromkeys(labels)}
+    return {"correct": correct, "accuracy": sum(correct) / len(correct), "by_label": by_label}
+
+
+def record(sft, rl, seconds):
+    labels = ["a", "a", "b", "b"]
+    return {"model": "m", "metrics": {"heldout": {"sft": evaluation(sft, labels), "rl": evaluation(rl, labels)},
+                                      "notebook_seconds": seconds}}
+
+
+def test_aggregate_reports_each_seed_the_mean_and_the_paired_difference():
+    records = {0: record([0, 0, 1, 0], [1, 0, 1, 1], 100.0), 1: record([1, 0, 0, 0], [1, 1, 0, 0], 110.0),
+               2: record([0, 0, 0, 0], [0, 1, 1, 0], 90.0)}
+    out = aggregate(SPEC, records)
+    assert out["seeds"] == [0, 1, 2] and out["n_items"] == 4
+    assert out["stages"]["rl"]["accuracy"]["per_seed"] == [0.75, 0.5, 0.5]
+    assert out["stages"]["rl"]["accuracy"]["estimate"] == pytest.approx(mean_ci([0.75, 0.5, 0.5]).estimate)
+    assert out["stages"]["sft"]["by_label"]["a"]["per_seed"] == [0.0, 0.5, 0.0]
+    comparison = out["comparisons"]["rl vs sft"]
+    assert comparison["difference_per_seed"] == [0.5, 0.25, 0.5]
+    assert [m["fixed"] for m in comparison["mcnemar_per_seed"]] == [2, 1, 2]
+    assert comparison["paired_bootstrap_over_items"]["estimate"] == pytest.approx(5 / 12)
+    assert "rl vs absent" not in out["comparisons"]  # a stage the lesson did not evaluate is skipped
+    assert out["scalars"]["notebook_seconds"]["per_seed"] == [100.0, 110.0, 90.0]
+
+
+def test_aggregate_refuses_seeds_that_scored_different_items():
+    records = {0: record([0, 0, 1, 0], [1, 0, 1, 1], 1.0), 1: record([0, 0, 1, 0], [1, 0, 1, 1], 1.0)}
+    records[1]["metrics"]["heldout"]["rl"]["correct"] = [1, 0, 1]
+    with pytest.raises(ValueError, match="different numbers of items"):
+        aggregate(SPEC, records)
+
+
+def test_every_reproducible_lesson_names_a_notebook_with_a_seed_parameter():
+    import json
+
+    from agentrl_lite.tasks import REPO_ROOT
+
+    for lesson, spec in LESSONS.items():
+        nb = json.loads((REPO_ROOT / "notebooks" / spec.notebook).read_text())
+        tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+        assert tagged and "SEED =" in "".join(tagged[0]["source"]), f"lesson {lesson}: no SEED in a parameters cell"
