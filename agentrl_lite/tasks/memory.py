@@ -1,0 +1,679 @@
+"""Memory agents (task family, lesson 11): multi-session dialogues whose facts change, a memory bank a manager
+edits with four operations, and a constant-size memory in the style of MEM1.
+
+The problem. A conversation spread over several sessions is too long to keep in a small model's context, so
+an agent keeps a memory bank instead and answers later questions from it. Memory-R1 splits the agent in two:
+a *memory manager* that, for each new piece of information, retrieves the related memories and chooses one
+operation, ADD (a new fact), UPDATE (rewrite a memory: the fact changed or was corrected), DELETE (the fact
+was retracted) or NOOP (nothing to store: small talk, a repeat), and an *answer agent* that reads the memories
+retrieved for a question. Appending everything (no UPDATE, no DELETE) fills the bank with stale and
+contradicting facts; overwriting everything loses the history a "what was it before?" question needs.
+MEM1 takes the other road: one bounded internal state that the agent rewrites every turn (`ConstantMemory`).
+
+The dialogues (`memory_dialogues`). The user talks about two or three friends and two organisations, all
+with invented-syllable names (as in `tasks.search`), so no answer can come from pretraining. Facts are
+stated, repeated, changed ("X has moved to Y"), corrected ("Correction: ..., not Z"), retracted ("Forget
+what I said about X's pet") and mixed with small talk, over two to four sessions of 14 to 27 short turns.
+Every turn records its ideal memory operation ({"op", "target", "content"}, target a memory id of the bank
+that replaying the ideal operations builds), so an oracle bank can be rebuilt and a manager's choices
+compared with the ideal ones (`op_confusion`). Each (entity, attribute) lives in one memory; a real change
+keeps the earlier values ("... is Skal (earlier: Telmar)."), a correction replaces the wrong one.
+
+The questions, four kinds, up to two of each per dialogue; no answer appears in its question:
+- single_hop: an attribute stated once (maybe repeated) and never changed;
+- multi_hop: two facts chained: the city of a friend's employer;
+- temporal: the value now, after changes or corrections, or the value before the latest change;
+- unanswerable: retracted, or never stated; the gold answer is "unknown".
+Splits are by dialogue (70/10/20); no invented word appears in two dialogues.
+
+The bank (`MemoryBank`) is the tool: its four methods are typed, documented functions, so a `Toolbox`
+shows them to the model as schemas, and a bad call (unknown id, full bank, empty content, wrong types,
+broken JSON) is an `Error:` observation that changes nothing. `related` is BM25 over the memories
+(`tools.SearchIndex`, rebuilt when the bank changes).
+
+The environment (`MemoryManagerEnv`) is one manager step, teacher-forced: the bank as the ideal operations
+left it, the new turn and its related memories; the score is whether the chosen operation (and its target
+memory) is the ideal one. This is denser than Memory-R1's reward, the exact match of the answer agent's
+final answer (which needs the whole dialogue replayed), and it is what the baselines here are measured by.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl_lite.chat import ToolCall, format_tool_call
+from agentrl_lite.episode import Episode
+from agentrl_lite.rewards import exact_match, normalize_answer, token_f1
+from agentrl_lite.tools import SearchIndex, Toolbox
+
+UNKNOWN = "unknown"
+"""the gold answer of an unanswerable question"""
+KINDS = ("single_hop", "multi_hop", "temporal", "unanswerable")
+OPS = ("ADD", "UPDATE", "DELETE", "NOOP")
+SPLITS = ("train", "validation", "heldout")
+SPLIT_SHARES = (0.7, 0.1, 0.2)
+DIALOGUES = 200
+"""dialogues in the course's data set (140 train, 20 validation, 40 held out)"""
+CAPACITY = 32
+"""memories a bank holds by default (a dialogue has at most 27 turns, so even append-only fits)"""
+MAX_MEMORY_WORDS = 30
+"""longest memory accepted: one fact per memory, not the transcript"""
+RELATED_K = 5
+"""memories retrieved per turn or question (an entity has at most five memories)"""
+QUESTIONS_PER_KIND = 2
+"""most questions of one kind per dialogue"""
+
+PERSON_ATTRIBUTES = ("city", "job", "pet", "colour", "employer")
+JOBS = ["cartographer", "glassblower", "astronomer", "weaver", "composer", "shipwright", "botanist",
+        "clockmaker", "engraver", "beekeeper", "bookbinder", "locksmith"]
+COLOURS = ["teal", "crimson", "ochre", "indigo", "saffron", "olive", "lilac", "scarlet", "turquoise", "maroon",
+           "violet", "charcoal"]
+ORG_SUFFIXES = ["Works", "Press", "Foundry", "Guild", "Mills", "Brewery", "Studio", "Bakery"]
+
+MEMORY_TEMPLATES = {
+    "city": "{e}'s home city is {v}.",
+    "job": "{e}'s job is {v}.",
+    "pet": "{e}'s pet is called {v}.",
+    "colour": "{e}'s favourite colour is {v}.",
+    "employer": "{e}'s employer is {v}.",
+    "based": "{e} is based in the city of {v}.",
+}
+"""the ideal memory of one (entity, attribute): what the oracle stores"""
+_STATE = {
+    "city": ("My friend {e} lives in {v}.", "{e}'s home city is {v}, by the way."),
+    "job": ("{e}'s job is {v}.", "{e} has the job of {v}."),
+    "pet": ("{e} has a pet called {v}.", "{e}'s pet is called {v}."),
+    "colour": ("{e}'s favourite colour is {v}.", "{e} loves the colour {v} more than any other."),
+    "employer": ("{e} works for {v}.", "{e}'s employer is {v}."),
+    "based": ("{e} is based in {v}.", "The offices of {e} are in {v}."),
+}
+TURN_TEMPLATES: dict[str, dict[str, tuple[str, ...]]] = {
+    attribute: {
+        "state": state,
+        "repeat": tuple(f"{lead} {s[0].lower()}{s[1:]}" for lead in ("As I said,", "Again,") for s in state),
+    } for attribute, state in _STATE.items()
+}
+"""attribute → event → the sentences a turn is written from ({e} entity, {v} value, {old} the wrong value)"""
+for _attribute, _events in {
+    "city": {"change": ("{e} moved house; the new home city is {v}.", "Big news: {e} has moved to {v}."),
+             "correct": ("Correction: {e}'s home city is {v}, not {old}.",
+                         "Sorry, I was wrong: {e} lives in {v}, not {old}."),
+             "retract": ("Forget what I said about {e}'s home city; I am not sure of it.",
+                         "Please ignore what I told you about where {e} lives.")},
+    "job": {"change": ("{e} changed careers; the new job is {v}.", "{e} retrained and has the job of {v} now."),
+            "correct": ("Correction: {e}'s job is {v}, not {old}.",),
+            "retract": ("Forget what I said about {e}'s job; it was only a rumour.",)},
+    "pet": {"change": ("{e} adopted a new pet called {v}; the old one went to a farm.",),
+            "correct": ("Correction: {e}'s pet is called {v}, not {old}.",),
+            "retract": ("Forget what I said about {e}'s pet.",)},
+    "colour": {"change": ("These days {e}'s favourite colour is {v}.", "{e} has a new favourite colour: {v}."),
+               "correct": ("Correction: {e}'s favourite colour is {v}, not {old}.",),
+               "retract": ("Forget what I said about {e}'s favourite colour.",)},
+    "employer": {"change": ("{e} changed employer and now works for {v}.",),
+                 "correct": ("Correction: {e} works for {v}, not {old}.",),
+                 "retract": ("Forget what I said about {e}'s employer.",)},
+    "based": {"change": ("{e} moved its offices to {v}.",),
+              "correct": ("Correction: {e} is based in {v}, not {old}.",)},
+}.items():
+    TURN_TEMPLATES[_attribute].update(_events)
+CHATS = ("The weather has been grey all week.", "I finally finished that long novel.",
+         "Lunch today was a bowl of soup.", "My train was late again this morning.",
+         "I should really water my plants more often.", "Do you think it will rain tomorrow?",
+         "I spent the whole evening cleaning the kitchen.", "The market was busy this weekend.",
+         "Thanks for listening, as always.", "Hello again, it has been a while.",
+         "I watched a documentary about bridges.", "I am trying to go to bed earlier.")
+ENTITY_CHATS = ("I had coffee with {e} yesterday.", "I keep forgetting to call {e}.",
+                "{e} told me a funny story last week.", "I might visit {e} next month.")
+"""small talk that names a friend but states no fact: the ideal operation is NOOP"""
+QUESTION_TEMPLATES = {
+    "city": ("What is {e}'s home city?", "What was {e}'s home city before {v}?"),
+    "job": ("What is {e}'s job?", "What was {e}'s job before {v}?"),
+    "pet": ("What is {e}'s pet called?", "What was {e}'s pet called before {v}?"),
+    "colour": ("What is {e}'s favourite colour?", "What was {e}'s favourite colour before {v}?"),
+    "employer": ("Who is {e}'s employer?", "Who was {e}'s employer before {v}?"),
+    "based": ("In which city is {e} based?", "In which city was {e} based before {v}?"),
+}
+"""attribute → (the question about the current value, the question about the value before {v})"""
+CHAINED_QUESTION = "In which city is the employer of {e} based?"
+EXAMPLE_NAME = "Tamo Vesk"
+"""the name in the examples of the prompt and the tool descriptions; never generated"""
+
+_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kl", "st",
+           "th", "tr", "sk", "vr", "sh"]
+_VOWELS = ["a", "e", "i", "o", "u", "ae", "io", "ou"]
+_CODAS = ["", "", "n", "r", "l", "s", "m", "th", "k", "x"]
+
+
+# --- the dialogues ----------------------------------------------------------------------------------------
+def _invented(rng: random.Random, taken: set[str]) -> str:
+    """A capitalised word of invented syllables that no other name, value or template word uses."""
+    while True:
+        word = (rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_ONSETS) + rng.choice(_VOWELS)
+                + rng.choice(_CODAS)).capitalize()
+        if word.lower() not in taken:
+            taken.add(word.lower())
+            return word
+
+
+def _reserved_words() -> set[str]:
+    """Every word the templates, values and examples use, so no invented word can coincide with one."""
+    texts = [*MEMORY_TEMPLATES.values(), *CHATS, *ENTITY_CHATS, CHAINED_QUESTION, MANAGER_PROMPT, *JOBS, *COLOURS,
+             *ORG_SUFFIXES, UNKNOWN, *(f.__doc__ or "" for f in (MemoryBank.add, MemoryBank.update)),
+             *(t for q in QUESTION_TEMPLATES.values() for t in q),
+             *(t for events in TURN_TEMPLATES.values() for ts in events.values() for t in ts)]
+    return {w for text in texts for w in re.findall(r"[a-z]+", text.lower())}
+
+
+def memory_text(attribute: str, entity: str, values: list[str]) -> str:
+    """The ideal memory of a fact: its current value, then the earlier values of real changes."""
+    text = MEMORY_TEMPLATES[attribute].format(e=entity, v=values[-1])
+    return text if len(values) == 1 else f"{text[:-1]} (earlier: {', '.join(values[:-1])})."
+
+
+def _op(op: str, target: int | None = None, content: str | None = None) -> dict[str, Any]:
+    return {"op": op, "target": target, "content": content}
+
+
+def _plan(rng: random.Random, taken: set[str]) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
+    """Who the dialogue is about, and its events in order: (entity, attribute, event, value) or a chat line."""
+    people = [f"{_invented(rng, taken)} {_invented(rng, taken)}" for _ in range(rng.choice([2, 3]))]
+    orgs = [f"{_invented(rng, taken)} {suffix}" for suffix in rng.sample(ORG_SUFFIXES, 2)]
+    jobs, colours = rng.sample(JOBS, len(JOBS)), rng.sample(COLOURS, len(COLOURS))
+    fresh = {"job": jobs.pop, "colour": colours.pop, "city": lambda: _invented(rng, taken),
+             "pet": lambda: _invented(rng, taken), "based": lambda: _invented(rng, taken)}
+    first: dict[tuple[str, str], str] = {}  # (entity, attribute) → the value first stated
+    for i, person in enumerate(people):
+        others = [a for a in PERSON_ATTRIBUTES if a != "employer"]
+        attributes = (["employer"] + rng.sample(others, rng.choice([2, 3])) if i == 0  # the chained question
+                      else rng.sample(PERSON_ATTRIBUTES, rng.choice([3, 4])))
+        for a in attributes:
+            first[(person, a)] = orgs[0] if i == 0 and a == "employer" else \
+                rng.choice(orgs) if a == "employer" else fresh[a]()
+    for org in orgs:
+        first[(org, "based")] = fresh["based"]()
+    chains = {key: [(*key, "state", value)] for key, value in first.items()}
+    plain = rng.choice(list(chains))  # never touched again: a single_hop question always exists
+    protected = {plain, (people[0], "employer"), *((org, "based") for org in orgs)}
+    retracted = rng.sample([k for k in chains if k not in protected], rng.choice([1, 1, 2]))
+    current = dict(first)
+    changeable = [k for k in chains if k != plain and k not in retracted]
+    for _ in range(rng.choice([1, 2, 2, 3])):
+        key = rng.choice(changeable)
+        if key[1] == "employer":  # two organisations: an employer changes at most once
+            changeable.remove(key)
+            value = orgs[1] if current[key] == orgs[0] else orgs[0]
+        else:
+            value = fresh[key[1]]()
+        current[key] = value
+        chains[key].append((*key, "correct" if rng.random() < 0.25 else "change", value))
+    for key in rng.sample(list(chains), rng.choice([1, 2])):
+        chains[key].insert(rng.randrange(1, len(chains[key]) + 1), (*key, "repeat", None))
+    for key in retracted:
+        chains[key].append((*key, "retract", None))
+    queues = list(chains.values())
+    events: list[tuple[Any, ...]] = []
+    while any(queues):  # a random interleaving that keeps each fact's own events in order
+        events.append(rng.choice([q for q in queues if q]).pop(0))
+    for _ in range(rng.randint(3, 6)):
+        line = rng.choice(ENTITY_CHATS).format(e=rng.choice(people)) if rng.random() < 0.5 else rng.choice(CHATS)
+        events.insert(rng.randrange(len(events) + 1), (line,))
+    return people, orgs, events
+
+
+def _dialogue(rng: random.Random, taken: set[str], dialogue_id: str) -> dict[str, Any]:
+    people, orgs, events = _plan(rng, taken)
+    cuts = sorted(rng.sample(range(1, len(events)), rng.choice([1, 2, 3])))  # session boundaries
+    ids: dict[tuple[str, str], int] = {}
+    history: dict[tuple[str, str], list[str]] = {}  # real changes; the last value is the current one
+    wrong: dict[tuple[str, str], list[str]] = {}  # values stated, then corrected
+    retracted: set[tuple[str, str]] = set()
+    turns = []
+    for i, event in enumerate(events):
+        session = 1 + sum(i >= c for c in cuts)
+        if len(event) == 1:
+            turns.append({"session": session, "text": event[0], "event": "chat", "op": _op("NOOP")})
+            continue
+        entity, attribute, kind, value = event
+        key = (entity, attribute)
+        old = history[key][-1] if key in history else None
+        if kind == "state":
+            ids[key], history[key], wrong[key] = len(ids) + 1, [value], []
+        elif kind == "change":
+            history[key].append(value)
+        elif kind == "correct":
+            wrong[key].append(old)
+            history[key][-1] = value
+        shown = value if value is not None else old
+        text = rng.choice(TURN_TEMPLATES[attribute][kind]).format(e=entity, v=shown, old=old)
+        content = memory_text(attribute, entity, history[key])
+        op = {"state": _op("ADD", None, content), "repeat": _op("NOOP"), "change": _op("UPDATE", ids[key], content),
+              "correct": _op("UPDATE", ids[key], content), "retract": _op("DELETE", ids[key])}[kind]
+        if kind == "retract":
+            retracted.add(key)
+        turns.append({"session": session, "text": text, "event": kind, "op": op})
+    questions = _questions(rng, people, history, wrong, retracted)
+    for j, q in enumerate(questions):
+        q["id"] = f"{dialogue_id}-q{j}"
+    return {"id": dialogue_id, "people": people, "organisations": orgs, "turns": turns, "questions": questions}
+
+
+def _question(kind: str, form: str, question: str, answer: str, entity: str, attribute: str,
+              stale: list[str], queries: list[str] | None = None) -> dict[str, Any]:
+    return {"kind": kind, "form": form, "question": question, "answer": answer, "entity": entity,
+            "attribute": attribute, "stale": stale, "queries": queries or [question]}
+
+
+def _questions(rng: random.Random, people: list[str], history: dict, wrong: dict, retracted: set) -> list[dict]:
+    """Every question the dialogue supports, then up to `QUESTIONS_PER_KIND` of each kind.
+
+    stale: values a memory may still hold that are not the answer (earlier or wrong values for a question
+    about now; every value ever stated for a retracted fact). queries: what a reader retrieves with, one per
+    hop (a chained question's second names the bridge, as if the first hop had found it).
+    """
+    found: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    for (entity, attribute), values in history.items():
+        now, before = QUESTION_TEMPLATES[attribute]
+        now, earlier = now.format(e=entity), values[:-1] + wrong[(entity, attribute)]
+        if (entity, attribute) in retracted:
+            found["unanswerable"].append(_question("unanswerable", "retracted", now, UNKNOWN, entity, attribute,
+                                                   values + wrong[(entity, attribute)]))
+        elif not earlier:
+            found["single_hop"].append(_question("single_hop", "stated", now, values[-1], entity, attribute, []))
+        else:
+            found["temporal"].append(_question("temporal", "current", now.replace("?", " now?"), values[-1],
+                                               entity, attribute, earlier))
+            if len(values) > 1:
+                found["temporal"].append(_question("temporal", "previous", before.format(e=entity, v=values[-1]),
+                                                   values[-2], entity, attribute, []))
+    for person in people:
+        for attribute in PERSON_ATTRIBUTES:
+            if (person, attribute) not in history:
+                found["unanswerable"].append(_question(
+                    "unanswerable", "never_stated", QUESTION_TEMPLATES[attribute][0].format(e=person), UNKNOWN,
+                    person, attribute, []))
+        if (person, "employer") in history and (person, "employer") not in retracted:
+            org = history[(person, "employer")][-1]
+            city = history[(org, "based")]
+            question = CHAINED_QUESTION.format(e=person)
+            found["multi_hop"].append(_question(
+                "multi_hop", "chained", question, city[-1], org, "based", city[:-1] + wrong[(org, "based")],
+                [question, QUESTION_TEMPLATES["based"][0].format(e=org)]))
+    return [q for kind in KINDS for q in _spread(rng, found[kind])]
+
+
+def _spread(rng: random.Random, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Up to `QUESTIONS_PER_KIND` questions, one of each form first (a retracted fact before a second
+    never-stated one), chosen at random within a form."""
+    order = rng.sample(candidates, len(candidates))
+    nth = [sum(p["form"] == q["form"] for p in order[:i]) for i, q in enumerate(order)]  # rank within its form
+    return [q for _, _, q in sorted(zip(nth, range(len(order)), order, strict=True))][:QUESTIONS_PER_KIND]
+
+
+def memory_dialogues(seed: int = 0, n: int = DIALOGUES) -> list[dict[str, Any]]:
+    """`n` deterministic dialogues, each with its split (by dialogue, `SPLIT_SHARES`).
+
+    Fields: id, split, people, organisations, turns (session, text, event, op: the ideal {"op", "target",
+    "content"}), questions (id, question, answer, kind, form, entity, attribute, stale, queries).
+    """
+    rng = random.Random(seed)
+    taken = _reserved_words()
+    dialogues = [_dialogue(rng, taken, f"mem{i:04d}") for i in range(n)]
+    cut1 = round(SPLIT_SHARES[0] * n)
+    cut2 = cut1 + round(SPLIT_SHARES[1] * n)
+    for rank, i in enumerate(rng.sample(range(n), n)):
+        dialogues[i] = {"split": "train" if rank < cut1 else "validation" if rank < cut2 else "heldout",
+                        **dialogues[i]}
+    return dialogues
+
+
+# --- the memory bank: the manager's four operations as tools ---------------------------------------------
+def _searchable(content: str) -> bool:
+    """Whether BM25 can index the text: it has a word that is not a stop word."""
+    import bm25s
+
+    return bool(bm25s.tokenize([content], stopwords="en", return_ids=False, show_progress=False)[0])
+
+
+class MemoryBank:
+    """Memories with integer ids (never reused) and a capacity; a bad operation changes nothing.
+
+    `add`, `update`, `delete` and `noop` return the observation the manager reads; every failure is an
+    observation starting with "Error:". `tools()` offers the four to a `Toolbox`.
+    """
+
+    def __init__(self, capacity: int = CAPACITY, entries: dict[int, str] | None = None,
+                 next_id: int | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"a memory bank needs a capacity of at least 1, got {capacity}")
+        self.capacity = capacity
+        self.entries: dict[int, str] = dict(entries or {})
+        """id → memory, in the order they were added"""
+        self.next_id = next_id if next_id is not None else max(self.entries, default=0) + 1
+        """the id the next `add` gets"""
+        self._index: tuple[SearchIndex, list[int]] | None = None  # BM25 over the entries, None when stale
+
+    # the state a task stores, and back
+    def state(self) -> dict[str, Any]:
+        return {"entries": [{"id": i, "content": c} for i, c in self.entries.items()], "next_id": self.next_id,
+                "capacity": self.capacity}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> MemoryBank:
+        return cls(state["capacity"], {e["id"]: e["content"] for e in state["entries"]}, state["next_id"])
+
+    def _check_content(self, content: Any) -> str | None:
+        if not isinstance(content, str):
+            return f"Error: content must be a string (one short sentence), got {type(content).__name__}."
+        if not content.strip():
+            return "Error: content is empty; write the fact as one short sentence."
+        if len(content.split()) > MAX_MEMORY_WORDS:
+            return f"Error: content has {len(content.split())} words; keep a memory under {MAX_MEMORY_WORDS}."
+        if not _searchable(content):
+            return "Error: content has no searchable words; name the person or thing and the fact."
+        return None
+
+    def _check_id(self, memory_id: Any) -> str | None:
+        if isinstance(memory_id, bool) or not isinstance(memory_id, int):
+            return f"Error: memory_id must be an integer, got {memory_id!r}."
+        if memory_id not in self.entries:
+            known = ", ".join(map(str, self.entries)) or "none (the bank is empty)"
+            return f"Error: there is no memory with id {memory_id}. Existing ids: {known}."
+        return None
+
+    def add(self, content: str) -> str:
+        """Store a new fact in the memory bank.
+
+        Args:
+            content: The fact as one short sentence, e.g. "Tamo Vesk's home city is Dorim."
+        """
+        if (error := self._check_content(content)) is not None:
+            return error
+        if len(self.entries) >= self.capacity:
+            return f"Error: the memory bank is full ({self.capacity} memories); update or delete one instead."
+        memory_id, self.next_id = self.next_id, self.next_id + 1
+        self.entries[memory_id] = content.strip()
+        self._index = None
+        return f"Added memory {memory_id}."
+
+    def update(self, memory_id: int, content: str) -> str:
+        """Rewrite a stored memory whose fact changed or was corrected.
+
+        Args:
+            memory_id: The id of the memory to rewrite, as shown in [brackets].
+            content: The new memory, e.g. "Tamo Vesk's home city is Sarn (earlier: Dorim)."
+        """
+        if (error := self._check_id(memory_id) or self._check_content(content)) is not None:
+            return error
+        self.entries[memory_id] = content.strip()
+        self._index = None
+        return f"Updated memory {memory_id}."
+
+    def delete(self, memory_id: int) -> str:
+        """Remove a stored memory whose fact the user retracted.
+
+        Args:
+            memory_id: The id of the memory to remove, as shown in [brackets].
+        """
+        if (error := self._check_id(memory_id)) is not None:
+            return error
+        del self.entries[memory_id]
+        self._index = None
+        return f"Deleted memory {memory_id}."
+
+    def noop(self) -> str:
+        """Leave the memory bank unchanged: the message holds no new fact (small talk or a repeat)."""
+        return "Memory unchanged."
+
+    def tools(self) -> list[Callable[..., str]]:
+        """The four operations, for `Toolbox(bank.tools())`; tool names add, update, delete, noop."""
+        return [self.add, self.update, self.delete, self.noop]
+
+    def apply(self, op: dict[str, Any]) -> str:
+        """Run one operation written as {"op": "ADD"|"UPDATE"|"DELETE"|"NOOP", "target", "content"}."""
+        if op.get("op") == "ADD":
+            return self.add(op.get("content"))
+        if op.get("op") == "UPDATE":
+            return self.update(op.get("target"), op.get("content"))
+        if op.get("op") == "DELETE":
+            return self.delete(op.get("target"))
+        if op.get("op") == "NOOP":
+            return self.noop()
+        return f"Error: unknown operation {op.get('op')!r}; use one of {', '.join(OPS)}."
+
+    def related(self, text: str, k: int = RELATED_K) -> list[tuple[int, str]]:
+        """The k memories most related to `text` by BM25, best first, as (id, memory); [] when none matches."""
+        if not self.entries or not isinstance(text, str) or not text.strip() or k < 1:
+            return []
+        if self._index is None:
+            ids = list(self.entries)
+            self._index = (SearchIndex([{"id": str(i), "title": "", "text": self.entries[i]} for i in ids]), ids)
+        index, _ = self._index
+        return [(int(d["id"]), d["text"]) for d in index.top(text, k)]
+
+    def to_text(self, entries: list[tuple[int, str]] | None = None) -> str:
+        """Memories for a prompt, one per line as "[id] memory" (all of them unless `entries` is given)."""
+        shown = list(self.entries.items()) if entries is None else entries
+        return "\n".join(f"[{i}] {c}" for i, c in shown) or "(no memories)"
+
+
+# --- reading a turn with the generator's templates, and the baseline managers ---------------------------
+_SLOTS = {"e": r"(?P<e>[A-Z][\w-]*(?: [A-Z][\w-]*)*)", "v": r"(?P<v>[\w-]+(?: [A-Z][\w-]*)*)",
+          "old": r"(?P<old>[\w-]+(?: [A-Z][\w-]*)*)"}
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    parts = re.split(r"\{(e|v|old)\}", template)  # literal, slot, literal, slot, ...
+    return re.compile("".join(_SLOTS[p] if i % 2 else re.escape(p) for i, p in enumerate(parts)) + "$")
+
+
+_PATTERNS = [(attribute, event, _pattern(t)) for attribute, events in TURN_TEMPLATES.items()
+             for event, templates in events.items() for t in templates]
+
+
+def read_fact(text: str) -> dict[str, Any] | None:
+    """What a turn states, read with the generator's own templates: {"entity", "attribute", "event",
+    "value"} (value None for a retraction), or None for small talk."""
+    for attribute, event, pattern in _PATTERNS:
+        if (m := pattern.match(text)) is not None:
+            return {"entity": m["e"], "attribute": attribute, "event": event,
+                    "value": None if event == "retract" else m["v"]}
+    return None
+
+
+def _run(dialogue: dict[str, Any], choose: Callable[[MemoryBank, dict[str, Any]], dict[str, Any]],
+         capacity: int) -> tuple[MemoryBank, list[dict[str, Any]]]:
+    bank, chosen = MemoryBank(capacity), []
+    for turn in dialogue["turns"]:
+        op = choose(bank, turn)
+        bank.apply(op)
+        chosen.append(op)
+    return bank, chosen
+
+
+def oracle(dialogue: dict[str, Any], capacity: int = CAPACITY) -> tuple[MemoryBank, list[dict[str, Any]]]:
+    """The ideal manager: applies each turn's recorded ideal operation. Returns (final bank, operations)."""
+    return _run(dialogue, lambda bank, turn: turn["op"], capacity)
+
+
+def append_only(dialogue: dict[str, Any], capacity: int = CAPACITY) -> tuple[MemoryBank, list[dict[str, Any]]]:
+    """Store every fact-bearing turn as it was said (ADD), never update or delete; NOOP on small talk."""
+    return _run(dialogue, lambda bank, turn: _op("ADD", None, turn["text"]) if read_fact(turn["text"])
+                else _op("NOOP"), capacity)
+
+
+def last_write_wins(dialogue: dict[str, Any],
+                    capacity: int = CAPACITY) -> tuple[MemoryBank, list[dict[str, Any]]]:
+    """One memory per (entity, attribute) read from the turn's text: the newest value overwrites the memory
+    (so history is lost), a retraction deletes it, the same value again is a NOOP."""
+    slots: dict[tuple[str, str], tuple[int, str]] = {}  # (entity, attribute) → (memory id, value)
+
+    def choose(bank: MemoryBank, turn: dict[str, Any]) -> dict[str, Any]:
+        fact = read_fact(turn["text"])
+        if fact is None:
+            return _op("NOOP")
+        key = (fact["entity"], fact["attribute"])
+        if fact["event"] == "retract":
+            return _op("DELETE", slots.pop(key)[0]) if key in slots else _op("NOOP")
+        content = memory_text(fact["attribute"], fact["entity"], [fact["value"]])
+        if key not in slots:
+            slots[key] = (bank.next_id, fact["value"])
+            return _op("ADD", None, content)
+        memory_id, value = slots[key]
+        if value == fact["value"]:
+            return _op("NOOP")
+        slots[key] = (memory_id, fact["value"])
+        return _op("UPDATE", memory_id, content)
+
+    return _run(dialogue, choose, capacity)
+
+
+def op_confusion(chosen: list[dict[str, Any]], ideal: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Ideal operation → chosen operation → count (operation names only; targets are not compared)."""
+    table = {i: dict.fromkeys((*OPS, "other"), 0) for i in OPS}
+    for c, i in zip(chosen, ideal, strict=True):
+        table[i["op"]][c["op"] if c["op"] in OPS else "other"] += 1
+    return table
+
+
+# --- what a bank can answer ------------------------------------------------------------------------------
+def _mentions(text: str, phrase: str) -> bool:
+    return f" {normalize_answer(phrase)} " in f" {normalize_answer(text)} "
+
+
+def gold_answer_in_bank(bank: MemoryBank, question: dict[str, Any], k: int = RELATED_K) -> bool:
+    """Whether the memories retrieved for the question (`related`, top k per query) let a careful reader
+    answer it: an upper bound on the answer agent.
+
+    Only retrieved memories naming the question's entity count. Answerable: one contains the gold answer
+    and none holds a stale value (`question["stale"]`: an earlier, wrong or retracted value) without it.
+    Unanswerable: none holds a stale value (a retracted fact still in the bank would be read as true).
+    """
+    hits = {i: c for query in question["queries"] for i, c in bank.related(query, k)}
+    about = [c for c in hits.values() if _mentions(c, question["entity"])]
+    misleading = any(_mentions(c, s) and not _mentions(c, question["answer"]) for c in about
+                     for s in question["stale"])
+    if question["answer"] == UNKNOWN:
+        return not misleading
+    return not misleading and any(_mentions(c, question["answer"]) for c in about)
+
+
+def answer_score(predicted: str | None, question: dict[str, Any]) -> dict[str, float]:
+    """The answer agent's score: normalised exact match ("correct") and token F1 against the gold answer."""
+    return {"correct": float(exact_match(predicted, question["answer"])),
+            "f1": token_f1(predicted, question["answer"])}
+
+
+# --- the manager environment: one operation per turn, teacher-forced ------------------------------------
+MANAGER_PROMPT = (
+    "You keep a memory bank of facts about the user's friends and their employers. Read the new message and "
+    "the related memories, then call exactly one tool: add for a new fact; update to rewrite a memory whose "
+    "fact changed (keep old values as \"(earlier: ...)\") or was corrected; delete when the user retracts a "
+    f"fact; noop for small talk or a fact already stored. One short sentence per memory, e.g. \"{EXAMPLE_NAME}'s "
+    "home city is Dorim.\""
+)
+_TOOL_OPS = {"add": "ADD", "update": "UPDATE", "delete": "DELETE", "noop": "NOOP"}
+
+
+def manager_tasks(dialogues: list[dict[str, Any]], k: int = RELATED_K) -> list[dict[str, Any]]:
+    """One task per turn, with the bank that the ideal operations built before it (teacher forcing).
+
+    Fields: id, dialogue_id, split, turn_index, session, text, event, bank (`MemoryBank.state()`),
+    related ([{"id", "content"}], top k for the turn's text), ideal ({"op", "target", "content"}).
+    """
+    tasks = []
+    for dialogue in dialogues:
+        bank = MemoryBank()
+        for t, turn in enumerate(dialogue["turns"]):
+            tasks.append({"id": f"{dialogue['id']}-t{t:02d}", "dialogue_id": dialogue["id"],
+                          "split": dialogue["split"], "turn_index": t, "session": turn["session"],
+                          "text": turn["text"], "event": turn["event"], "bank": bank.state(),
+                          "related": [{"id": i, "content": c} for i, c in bank.related(turn["text"], k)],
+                          "ideal": turn["op"]})
+            if (observation := bank.apply(turn["op"])).startswith("Error:"):
+                raise RuntimeError(f"{dialogue['id']} turn {t}: the ideal operation failed: {observation}")
+    return tasks
+
+
+def _user_message(task: dict[str, Any]) -> str:
+    related = "\n".join(f"[{m['id']}] {m['content']}" for m in task["related"]) or "(none)"
+    return f"Related memories:\n{related}\n\nNew message (session {task['session']}): {task['text']}"
+
+
+def ideal_call(task: dict[str, Any]) -> ToolCall:
+    """The ideal operation of a manager task as a tool call."""
+    ideal = task["ideal"]
+    name = {op: tool for tool, op in _TOOL_OPS.items()}[ideal["op"]]
+    arguments = {"memory_id": ideal["target"]} if ideal["target"] is not None else {}
+    if ideal["content"] is not None:
+        arguments["content"] = ideal["content"]
+    return ToolCall(name, arguments)
+
+
+def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
+    """The gold conversation after the system prompt: the turn and its related memories, then the ideal call."""
+    return [{"role": "user", "content": _user_message(task)},
+            {"role": "assistant", "content": format_tool_call(ideal_call(task))}]
+
+
+class MemoryManagerEnv:
+    """One memory-manager step (an `Environment`): the new turn and related memories in, one operation out."""
+
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "system", "content": MANAGER_PROMPT}, {"role": "user", "content": _user_message(task)}]
+
+    def toolbox_for(self, task: dict[str, Any]) -> Toolbox:
+        """The four operations over a fresh copy of the task's bank."""
+        return Toolbox(MemoryBank.from_state(task["bank"]).tools())
+
+    def score(self, task: dict[str, Any], episode: Episode) -> dict[str, Any]:
+        """correct: exactly one call, whose operation (and, for update and delete, memory id) is the ideal one;
+        op: the first call's operation ("none" without a call, "other" for an unknown tool); calls: how many."""
+        calls = [c for turn in episode.model_turns for c in turn.tool_calls]
+        if not calls:
+            return {"correct": 0.0, "op": "none", "calls": 0.0}
+        op = _TOOL_OPS.get(calls[0].get("name"), "other")
+        ideal = task["ideal"]
+        target_ok = ideal["op"] not in ("UPDATE", "DELETE") or \
+            calls[0].get("arguments", {}).get("memory_id") == ideal["target"]
+        right = len(calls) == 1 and op == ideal["op"] and target_ok
+        return {"correct": float(right), "op": op, "calls": float(len(calls))}
+
+
+# --- MEM1: one bounded internal state, rewritten every turn ----------------------------------------------
+@dataclass
+class ConstantMemory:
+    """A constant-size memory (MEM1): the agent's whole memory is one text of at most `max_words` words that
+    it rewrites each turn, so the context stays the same size however long the conversation runs."""
+
+    max_words: int = 60
+    """longest internal state; a longer rewrite is cut to its first max_words words"""
+    state: str = ""
+    """the current internal state"""
+
+    def __post_init__(self) -> None:
+        if self.max_words < 1:
+            raise ValueError(f"max_words must be at least 1, got {self.max_words}")
+
+    def rewrite(self, state: str) -> str:
+        """Replace your internal state with a new one that keeps everything still worth remembering.
+
+        Args:
+            state: The whole new internal state (it replaces the old one), at most the word limit.
+        """
+        if not isinstance(state, str):
+            return f"Error: state must be a string, got {type(state).__name__}; the state is unchanged."
+        words = state.split()
+        self.state = " ".join(words[: self.max_words])
+        if len(words) > self.max_words:
+            return f"State saved, cut to its first {self.max_words} of {len(words)} words."
+        return f"State saved ({len(words)} words)."
+
+    def tools(self) -> list[Callable[..., str]]:
+        return [self.rewrite]
+
+    def to_text(self) -> str:
+        return self.state or "(empty)"
