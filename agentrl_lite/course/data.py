@@ -22,6 +22,9 @@ from agentrl_lite.tasks.search import SPLITS, demonstration, encyclopedia, searc
 from agentrl_lite.tasks.word_problems import word_problem_splits
 from agentrl_lite.tools import SearchIndex
 
+SEARCH_SFT_PER_KIND = {"single_hop": 64, "two_hop": 96, "comparison": 64, "unanswerable": 32}
+"""search demonstrations per question kind: the multi-search kinds get more than their share of questions"""
+
 
 def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     """Regenerate every data file. Seeds are fixed here, so the output is byte-identical every time."""
@@ -37,8 +40,10 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     questions = search_questions(world, seed=0)
     search_train = [q for q in questions if q["split"] == "train"]
     index = SearchIndex(world.documents)
-    search_sft = [{**q, "messages": demonstration(q, index)}
-                  for q in random.Random(3).sample(search_train, 256)]
+    demo_rng = random.Random(3)  # demonstrations of every kind: a kind the cold start never shows, RL cannot find
+    search_sft = [{**q, "messages": demonstration(q, index)} for kind, n in SEARCH_SFT_PER_KIND.items()
+                  for q in demo_rng.sample([q for q in search_train if q["kind"] == kind], n)]
+    demo_rng.shuffle(search_sft)
     files = {
         "arithmetic_train.jsonl": train,
         "arithmetic_heldout.jsonl": heldout,

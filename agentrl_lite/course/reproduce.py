@@ -31,6 +31,9 @@ from agentrl_lite.course.runner import BUDGET_S, _environ, _new_run_dir, execute
 from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
 from agentrl_lite.tasks import REPO_ROOT
 
+NOTEBOOK_SEED = 0
+"""the SEED a lesson's notebook runs with: that seed's results also become the lesson's committed results file"""
+
 
 @dataclass(frozen=True)
 class Reproducible:
@@ -126,9 +129,59 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
             raise RuntimeError(f"seed {seed}: {spec.notebook} failed ({run.error}); executed copy in {seed_dir}")
         folder = seed_dir / "smoke" if profile == "smoke" else seed_dir
         records[seed] = json.loads((folder / f"{spec.results}.json").read_text())
+        # the same summary a course run writes, so `runner.record_course_run(seed_dir)` can take its runtime
+        (seed_dir / "runs.json").write_text(json.dumps({"profile": profile, "command": f"{command}  # seed {seed}",
+                                                        "notebooks": [{"notebook": spec.notebook, "status": run.status,
+                                                                       "seconds": round(run.seconds, 2),
+                                                                       "error": None, "errors": []}]}, indent=2) + "\n")
+        if seed == NOTEBOOK_SEED and profile != "smoke":  # this run is the notebook's own committed run too
+            write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],
+                          seed=seed, command=records[seed]["command"])
     summary = aggregate(spec, records)
     summary["run_dir"] = run_dir.name
     summary["notebook"] = spec.notebook
     path = write_results(f"{spec.results}_seeds", summary, profile=profile,
                          model=records[seeds[0]]["model"], seed=seeds[0], command=command)
     return run_dir, path
+
+
+def verdict(comparison: dict[str, Any]) -> str:
+    """The course's rule for calling a difference a gain: both intervals, over seeds (t) and over items (paired
+    bootstrap of the seed-averaged scores), exclude zero on the same side."""
+    seeds, items = comparison["mean_over_seeds"], comparison["paired_bootstrap_over_items"]
+    if seeds["low"] > 0 and items["low"] > 0:
+        return "gain"
+    if seeds["high"] < 0 and items["high"] < 0:
+        return "loss"
+    if items["low"] > 0 or items["high"] < 0:
+        return "not shown (items only)"
+    return "not shown"
+
+
+def _interval(d: dict[str, float], digits: int = 3) -> str:
+    return f"{d['estimate']:+.{digits}f} [{d['low']:+.{digits}f}, {d['high']:+.{digits}f}]"
+
+
+def stage_rows(summary: dict[str, Any], labels: bool = True) -> list[dict[str, Any]]:
+    """Table rows of a multi-seed summary's stages: each seed's held-out accuracy, the mean and its interval,
+    and the mean per label."""
+    rows = []
+    for stage, s in summary["stages"].items():
+        acc = s["accuracy"]
+        row = {"stage": stage, **{f"seed {k}": round(v, 3) for k, v in zip(summary["seeds"], acc["per_seed"],
+                                                                         strict=True)},
+               "mean": round(acc["estimate"], 3), "95% interval (t, seeds)": f"[{acc['low']:.3f}, {acc['high']:.3f}]"}
+        if labels:
+            row.update({f"mean {label}": round(v["estimate"], 3) for label, v in s["by_label"].items()})
+        rows.append(row)
+    return rows
+
+
+def comparison_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Table rows of a multi-seed summary's comparisons: per-seed differences, both intervals, McNemar's p per
+    seed, and the verdict (`verdict`)."""
+    return [{"comparison": name, "difference per seed": ", ".join(f"{d:+.3f}" for d in c["difference_per_seed"]),
+             "mean over seeds [95% t]": _interval(c["mean_over_seeds"]),
+             "over items [95% paired bootstrap]": _interval(c["paired_bootstrap_over_items"]),
+             "McNemar p per seed": ", ".join(f"{m['p_value']:.2g}" for m in c["mcnemar_per_seed"]),
+             "verdict": verdict(c)} for name, c in summary["comparisons"].items()]

@@ -1,0 +1,96 @@
+"""Lesson 09 tuning probe, on the VALIDATION split only: how far a short cold start gets, and what GRPO adds.
+
+    python benchmarks/probes/p09_validation.py --sft-steps 12 --grpo-steps 8 --lr 2e-5 --seed 0
+
+Writes results/09_probe_validation.json (one entry per invocation, appended under "runs").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+import numpy as np
+
+from agentrl_lite import seed_everything, write_results
+from agentrl_lite.course.presets import grpo_preset
+from agentrl_lite.course.results import read_results
+from agentrl_lite.evaluate import evaluate
+from agentrl_lite.grpo import GRPOTrainer
+from agentrl_lite.models import load_policy
+from agentrl_lite.rewards import exact_match_reward
+from agentrl_lite.rollout import RolloutConfig
+from agentrl_lite.sft import SFTConfig, sft
+from agentrl_lite.tasks import DATA_DIR, read_jsonl
+from agentrl_lite.tasks.search import KINDS, SearchEnv
+from agentrl_lite.tools import SearchIndex
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--sft-steps", type=int, default=12)
+    p.add_argument("--sft-batch", type=int, default=8)
+    p.add_argument("--grpo-steps", type=int, default=8)
+    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--per-kind", type=int, default=12)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--balanced", action="store_true", help="RL on at most 144 training questions of each kind")
+    args = p.parse_args()
+    seed_everything(args.seed)
+    index = SearchIndex(read_jsonl(DATA_DIR / "search_corpus.jsonl"))
+    validation = read_jsonl(DATA_DIR / "search_validation.jsonl")
+    rng = random.Random(0)
+    tasks = [q for k in KINDS for q in (lambda pool: rng.sample(pool, min(args.per_kind, len(pool))))([q for q in validation if q["kind"] == k])]
+    train = read_jsonl(DATA_DIR / "search_train.jsonl")
+    if args.balanced:
+        train = [q for k in KINDS for q in [q for q in train if q["kind"] == k][:144]]
+    demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
+    model, tokenizer = load_policy(None)
+    env = SearchEnv(index)
+    evalcfg = RolloutConfig(max_turns=4, max_new_tokens=40, temperature=0.0, batch_size=64, progress=False)
+
+    def ev(name):
+        t = time.perf_counter()
+        r = evaluate(model, tokenizer, env, tasks, evalcfg, label_key="kind")
+        out = {"EM": r.accuracy, "by_kind": r.by_label(), "searches": r.calls_per_episode,
+               "F1": float(np.mean([s["f1"] for s in r.scores])), "stop_reasons": r.stop_reasons,
+               "seconds": time.perf_counter() - t}
+        print(name, json.dumps(out), flush=True)
+        return out
+
+    import collections
+    import datetime
+    import sys
+
+    row: dict = {"args": vars(args), "command": "python " + " ".join(sys.argv),
+                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                 "demonstrations_by_kind": dict(collections.Counter(d["kind"] for d in demos)),
+                 "rl_tasks_by_kind": dict(collections.Counter(q["kind"] for q in train))}
+    t = time.perf_counter()
+    conversations = [env.prompt(d)[:1] + d["messages"] for d in demos]
+    losses = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
+                 SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=1e-4, bf16=True, seed=args.seed))
+    row["sft"] = {"seconds": time.perf_counter() - t, "losses": losses}
+    print("sft", row["sft"]["seconds"], losses[-1], flush=True)
+    row["validation_after_sft"] = ev("sft")
+    if args.grpo_steps:
+        config = grpo_preset(dict(steps=args.grpo_steps, prompts=4, group=8, lr=args.lr), args.seed,
+                             max_turns=4, max_new_tokens=40)
+        trainer = GRPOTrainer(model, tokenizer, env, train, [exact_match_reward], config)
+        t = time.perf_counter()
+        history = trainer.train()
+        row["grpo"] = {"seconds": time.perf_counter() - t,
+                       "history": [{k: h.get(k) for k in ("reward", "frac_reward_zero_std", "tools/call_frequency",
+                                                          "completions/clipped_ratio", "step_time")} for h in history]}
+        print("grpo", row["grpo"], flush=True)
+        row["validation_after_grpo"] = ev("grpo")
+    old = read_results("09_probe_validation")
+    runs = (old["metrics"]["runs"] if old else []) + [row]
+    write_results("09_probe_validation", {"split": "validation", "runs": runs}, profile="cpu",
+                  model="SmolLM2-135M-Instruct (embedded)", seed=args.seed)
+
+
+if __name__ == "__main__":
+    main()
