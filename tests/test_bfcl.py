@@ -287,3 +287,55 @@ def test_agrees_with_bfcls_own_checker(entries, bfcl_ast_checker):
                     failures.append((task["id"], calls, ours, theirs))
     assert compared > 5000
     assert not failures, failures[:3]
+
+
+def test_an_empty_list_of_dicts_passes_where_the_parameter_is_optional(entries):
+    """BFCL's checker reads "" among a list-of-dicts parameter's possible answers as a list of length zero, so an
+    explicit `[]` passes where the parameter may be left out (found by an outside check against BFCL's own)."""
+    task = next(t for t in entries["simple_python"] if t["id"] == "simple_python_335")
+    assert task["possible_answer"][0]["find_card_in_deck"]["deck"] == [""]
+    assert bfcl.check(task, [{"find_card_in_deck": {"rank": "Queen", "suit": "Hearts", "deck": []}}]).valid
+    assert bfcl.check(task, [{"find_card_in_deck": {"rank": "Queen", "suit": "Hearts"}}]).valid
+    wrong = bfcl.check(task, [{"find_card_in_deck": {"rank": "Queen", "suit": "Hearts", "deck": [{"rank": "2"}]}}])
+    assert not wrong.valid and wrong.error_type == "value_error"
+
+
+def _answer_fits_schema(task):
+    for answer in task["possible_answer"]:
+        (name, params), = answer.items()
+        function = next((f for f in task["functions"] if f["name"] == name), None)
+        if function is None or not set(params) <= set(function["parameters"].get("properties", {})):
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def live_entries():
+    return {c: bfcl.load_category(c) for c in bfcl.LIVE_CATEGORIES}
+
+
+def test_live_categories_load_and_agree_with_bfcls_own_checker(live_entries, bfcl_ast_checker):
+    """BFCL's "live" categories (user-contributed functions, with their quirks) through the same checker: the
+    reference answers, lenient variants and mutations get BFCL's own verdict."""
+    assert {c: len(t) for c, t in live_entries.items()} == {
+        "live_simple": 258, "live_multiple": 1053, "live_parallel": 16, "live_parallel_multiple": 24,
+        "live_irrelevance": 884, "live_relevance": 16}
+    compared, failures, quirky = 0, [], []
+    for category in ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"):
+        for task in live_entries[category]:
+            if not _answer_fits_schema(task):
+                quirky.append(task["id"])  # the possible answer names a parameter the function lacks
+                continue
+            for calls in [bfcl.reference_calls(task), *lenient_variants(task),
+                          *(calls for _, calls in mutations(task) if calls is not None)]:
+                ours, theirs = bfcl.check(task, calls).valid, bfcl_ast_checker(task, copy.deepcopy(calls))
+                compared += 1
+                if ours != theirs:
+                    failures.append((task["id"], calls, ours, theirs))
+    print(f"live: {compared} candidates compared, {len(failures)} disagreements, {len(quirky)} entries skipped")
+    assert compared > 3000 and len(quirky) < 20, quirky
+    assert not failures, (len(failures), compared, failures[:3])
+    relevance, irrelevance = live_entries["live_relevance"][0], live_entries["live_irrelevance"][0]
+    call = [{relevance["functions"][0]["name"]: {}}]
+    assert bfcl.check(relevance, call).valid and not bfcl.check(relevance, []).valid
+    assert bfcl.check(irrelevance, []).valid and not bfcl.check(irrelevance, call).valid

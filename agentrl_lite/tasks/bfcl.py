@@ -40,6 +40,13 @@ from agentrl_lite.chat import parse_tool_calls
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
 """the single-turn Python categories this module scores (BFCL's "non-live AST" set plus irrelevance)"""
+LIVE_CATEGORIES = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple", "live_irrelevance",
+                   "live_relevance")
+"""BFCL's "live" categories: user-contributed requests and functions, scored by the same rules; in
+live_irrelevance no function fits (no call is right), in live_relevance one does (any well-formed call is right:
+BFCL scores only that the model called)"""
+NO_CALL = ("irrelevance", "live_irrelevance")
+"""categories whose right answer is to call nothing"""
 VERSION = "v4"
 INSTALL_HINT = "pip install --no-deps bfcl-eval==2026.3.23   (or: make setup)"
 
@@ -81,8 +88,9 @@ def load_category(category: str, n: int | None = None, seed: int = 0) -> list[di
     Each entry: {"id", "category", "messages" (the user turn), "question" (its text), "functions",
     "possible_answer"}.
     """
-    if category not in CATEGORIES:
-        raise ValueError(f"Unknown BFCL category {category!r}; this module scores {', '.join(CATEGORIES)}.")
+    if category not in CATEGORIES + LIVE_CATEGORIES:
+        raise ValueError(f"Unknown BFCL category {category!r}; this module scores "
+                         f"{', '.join(CATEGORIES + LIVE_CATEGORIES)}.")
     root = data_dir()
     entries = _read_json_lines(root / f"BFCL_{VERSION}_{category}.json")
     answers_path = root / "possible_answer" / f"BFCL_{VERSION}_{category}.json"
@@ -96,7 +104,7 @@ def load_category(category: str, n: int | None = None, seed: int = 0) -> list[di
         tasks.append({"id": e["id"], "category": category, "messages": messages,
                       "question": messages[-1]["content"], "functions": e["function"],
                       "possible_answer": answers.get(e["id"])})
-    if category != "irrelevance" and any(t["possible_answer"] is None for t in tasks):
+    if category not in NO_CALL + ("live_relevance",) and any(t["possible_answer"] is None for t in tasks):
         raise ValueError(f"BFCL {category}: some entries have no possible answer in {answers_path}.")
     return tasks
 
@@ -206,10 +214,12 @@ def _dict_ok(value: dict, possible: list[Any]) -> bool:
 
 
 def _list_of_dicts_ok(value: list, possible: list[Any]) -> bool:
+    """A list of dicts against its possible answers; "" (the parameter is optional) is a list of length zero,
+    so an empty list passes where "" is allowed, as in BFCL's own checker."""
     return any(
         isinstance(candidate, list) and len(candidate) == len(value)
         and all(isinstance(v, dict) and _dict_ok(v, [c]) for v, c in zip(value, candidate, strict=True))
-        for candidate in possible
+        for candidate in ([] if c == "" else c for c in possible)
     )
 
 
@@ -273,7 +283,11 @@ def _find_function(functions: Sequence[dict[str, Any]], name: str) -> dict[str, 
 def check(task: dict[str, Any], calls: list[dict[str, dict[str, Any]]] | None) -> CheckResult:
     """Score decoded calls (`decode_calls`; None = undecodable) against a task's possible answer."""
     category = task.get("category", "")
-    if category == "irrelevance" or task.get("possible_answer") in (None, []):
+    if category == "live_relevance":  # some function fits: any well-formed call passes
+        if calls is None:
+            return _fail("decode_failed", "a <tool_call> block is malformed, so the output has no decodable calls")
+        return CheckResult(True) if calls else _fail("relevance:no_call", "no call although a function fits")
+    if category in NO_CALL or task.get("possible_answer") in (None, []):
         if calls:
             return _fail("irrelevance:called", f"called {', '.join(n for c in calls for n in c)} "
                                                f"although no function fits")
@@ -311,8 +325,9 @@ def check_text(task: dict[str, Any], text: str) -> CheckResult:
 def _first_value(options: list[Any]) -> Any:
     """The first acceptable value among possible answers; dicts (and lists of dicts) hold possible answers
     per key themselves, so they are resolved recursively."""
-    value = next(o for o in options if o != "")
+    value = next((o for o in options if o != ""), "")  # only "" (live data has such required parameters)
     if isinstance(value, dict):
+        value = {k: v if isinstance(v, list) else [v] for k, v in value.items()}  # live data: a bare value
         return {k: _first_value(v) for k, v in value.items() if any(o != "" for o in v)}
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         return [_first_value([v]) for v in value]
