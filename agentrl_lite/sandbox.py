@@ -17,18 +17,30 @@ CPU seconds (timeout_s + 1 per call), MEMORY_MB of address space, MAX_PROCESSES 
 MAX_FILE_BYTES per written file, MAX_OPEN_FILES descriptors, no network, a scrubbed environment (PATH,
 HOME, LANG and thread counts only: no secret of the parent leaks), and MAX_OUTPUT_CHARS per stream.
 
-Two backends, chosen once per process (force one with AGENTRL_SANDBOX=bwrap|rlimit):
+Three backends, chosen once per process: bwrap when it works, else unshare; force one with
+AGENTRL_SANDBOX=bwrap|unshare|rlimit.
 
 - ``bwrap`` (bubblewrap, Debian package ``bubblewrap``): new pid, network, ipc and uts namespaces; the
   host filesystem read-only; /home, /root, /run and /var/tmp replaced by empty read-only tmpfs (the
   interpreter is bound back in, read-only), so home directories, sockets and keys are out of sight; the
   only writable place is /tmp (working directory /tmp/work), a WORKDIR_MB tmpfs that vanishes with the
   sandbox; killing the sandbox kills every process in it.
-- ``rlimit``: the same rlimits, plus ``unshare`` for network and pid namespaces when it is permitted.
-  The host filesystem is protected only by ordinary file permissions (the code can write wherever its
-  uid can, /tmp included); the working directory is a fresh host temporary directory, deleted afterwards.
-  Without namespaces, run as a normal user, it cannot stop the code from signalling the user's other
-  processes or reaching the network: install bubblewrap.
+- ``unshare`` (util-linux, on every Linux; no root needed where user namespaces are allowed): the same
+  filesystem without bubblewrap. ``unshare`` starts the worker in new mount, pid, network, ipc and uts
+  namespaces (and a user namespace when not root); the worker, while it holds the capabilities of its own
+  mount namespace, makes every host mount read-only (mount_setattr, Linux 5.12+), hides /home, /root,
+  /run and /var/tmp the same way and mounts the /tmp tmpfs, then gives up every capability before the first
+  cell. /dev and /proc are read-only (the host's /dev; a fresh /proc).
+- ``rlimit`` (an explicit opt-out, warned about): the same rlimits, plus ``unshare`` for network and pid
+  namespaces when it is permitted. The host filesystem is protected only by ordinary file permissions (the
+  code can write wherever its uid can, /tmp included); the working directory is a fresh host temporary
+  directory, deleted afterwards. Without namespaces, run as a normal user, it cannot stop the code from
+  signalling the user's other processes or reaching the network.
+
+A backend is chosen only if a real worker started with it delivers what it promises (a read-only host and
+a writable working directory). Where neither bwrap nor unshare can (no user namespaces, macOS), running
+code raises SandboxUnavailableError, which says how to get isolation (apt install bubblewrap); only
+AGENTRL_SANDBOX=rlimit runs the code anyway.
 
 When the parent runs as root (containers, CI images), the code runs as a fresh throwaway uid: root
 ignores RLIMIT_NPROC and can read /etc/shadow, a throwaway uid cannot, and no other process shares its
@@ -65,12 +77,12 @@ MAX_PROCESSES = 32  # processes + threads of the sandboxed code (RLIMIT_NPROC): 
 MAX_FILE_BYTES = 2 * 1024 * 1024  # largest file the code may write (RLIMIT_FSIZE)
 MAX_OPEN_FILES = 64  # open file descriptors per process (RLIMIT_NOFILE)
 MAX_CPU_S = 600  # CPU seconds a worker may use over a whole session (hard RLIMIT_CPU)
-WORKDIR_MB = 64  # size of the bwrap working directory (a tmpfs, so it costs memory, not disk)
+WORKDIR_MB = 64  # size of the private /tmp of bwrap and unshare (a tmpfs, so it costs memory, not disk)
 MAX_OUTPUT_CHARS = 4000  # characters kept from each of stdout (its head) and stderr (its tail)
 START_TIMEOUT_S = 15.0  # seconds the sandbox may take to start before the call reports an error
 
-BWRAP_WORKDIR = "/tmp/work"
-HIDDEN_DIRS = ("/tmp", "/var/tmp", "/run", "/home", "/root")  # replaced by empty tmpfs under bwrap
+PRIVATE_WORKDIR = "/tmp/work"  # the working directory under bwrap and unshare, in their private /tmp
+HIDDEN_DIRS = ("/tmp", "/var/tmp", "/run", "/home", "/root")  # replaced by empty tmpfs under bwrap and unshare
 PRELOAD = ("bisect", "collections", "ctypes", "dataclasses", "datetime", "decimal", "encodings.idna",
            "fractions", "functools", "heapq", "itertools", "json", "math", "operator", "random", "re",
            "socket", "statistics", "string", "subprocess", "textwrap", "threading", "typing")
@@ -151,6 +163,69 @@ def stop_strays():
             return
 
 
+def checked(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def make_read_only(libc, path, recursive):
+    attr = (ctypes.c_uint64 * 4)(1, 0, 0, 0)  # struct mount_attr: attr_set = MOUNT_ATTR_RDONLY
+    # 442 = mount_setattr (on every architecture but alpha and mips), -100 = AT_FDCWD, 0x8000 = AT_RECURSIVE
+    result = libc.syscall(442, -100, path.encode(), 0x8000 if recursive else 0, ctypes.byref(attr),
+                          ctypes.sizeof(attr))
+    checked(result, f"cannot make {path} read-only")
+
+
+def mount(libc, source, target, fstype, flags, options=None):
+    checked(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(),
+                       ctypes.c_ulong(flags), options and options.encode()), f"cannot mount {target}")
+
+
+def contain(libc, cfg):
+    """The unshare backend's filesystem, built while the worker holds its mount namespace's capabilities:
+    every host mount read-only, hidden directories replaced by empty read-only tmpfs (the interpreter
+    bound back), /tmp a fresh size-capped tmpfs holding the working directory."""
+    if os.stat("/proc/self/ns/mnt").st_ino == cfg["host_mount_ns"]:
+        raise SystemExit("refusing to remount: the worker shares the host's mount namespace")
+    os.umask(0o022)
+    mount(libc, None, "/", None, 16384 | 1 << 18)  # MS_REC | MS_PRIVATE: nothing propagates to the host
+    bound = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in cfg["bind_back"]}  # before hiding
+    make_read_only(libc, "/", recursive=True)
+    for hidden in cfg["hidden_dirs"]:
+        size = f",size={cfg['workdir_bytes']}" if hidden == "/tmp" else ""
+        mode = "1777" if hidden == "/tmp" else "0755"
+        mount(libc, "tmpfs", hidden, "tmpfs", 2 | 4, f"mode={mode}{size}")  # MS_NOSUID | MS_NODEV
+        for path, fd in bound.items():
+            if path.startswith(hidden + "/"):
+                os.makedirs(path, 0o755, exist_ok=True)  # the throwaway uid needs x on every ancestor
+                mount(libc, f"/proc/self/fd/{fd}", path, None, 4096 | 16384)  # MS_BIND | MS_REC
+                make_read_only(libc, path, recursive=True)
+        if hidden != "/tmp":
+            make_read_only(libc, hidden, recursive=False)
+    for fd in bound.values():
+        os.close(fd)
+    os.mkdir(cfg["workdir"])
+    os.chmod(cfg["workdir"], 0o1777)
+
+
+def capabilities():
+    """The capability sets this process holds (0 when none)."""
+    with open("/proc/self/status") as status:
+        return sum(int(line.split()[1], 16) for line in status if line.startswith(("CapPrm:", "CapEff:")))
+
+
+def drop_capabilities(libc, uid):
+    """Leave nothing the code could use to undo `contain`: empty bounding set (no execve regains a
+    capability), then a throwaway uid (root) or empty capability sets (root of a user namespace)."""
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        for cap in range(int(last.read()) + 1):
+            checked(libc.prctl(24, cap, 0, 0, 0), "cannot drop a capability")  # PR_CAPBSET_DROP
+    if uid is None:
+        header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # capset version 3
+        checked(libc.capset(header, data), "cannot drop capabilities")
+
+
 cfg = json.loads(sys.argv[1])
 commands = os.fdopen(os.dup(0), "rb")
 control = cfg["control_fd"]
@@ -158,6 +233,10 @@ os.set_inheritable(control, False)
 null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(null, 0)  # input() gets EOF instead of reading the command pipe
 os.close(null)
+if cfg["contain"]:  # the unshare backend: ctypes reaches mount, mount_setattr, prctl and capset
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    contain(libc, cfg)
 for module in cfg["preload"]:
     try:
         __import__(module)
@@ -168,15 +247,23 @@ set_limit("RLIMIT_AS", cfg["memory_bytes"])
 set_limit("RLIMIT_FSIZE", cfg["max_file_bytes"])
 set_limit("RLIMIT_NOFILE", cfg["max_open_files"])
 set_limit("RLIMIT_CPU", cfg["max_cpu_s"])
+if cfg["contain"]:
+    drop_capabilities(libc, cfg["uid"])
 if cfg["uid"] is not None:
     os.setgroups([])
     os.setgid(cfg["uid"])
     os.setuid(cfg["uid"])
-try:  # execve can never gain privileges (setuid binaries, file capabilities)
+try:
     import ctypes
-    ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: execve never gains privileges (setuid, caps)
+    if os.getsid(0) != os.getpid() and ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0) == 0:
+        # behind unshare --fork: new credentials cleared --kill-child's parent-death signal (set again just
+        # now); leave unshare's process group, so that kill(0, ...) by the code cannot reach unshare
+        os.setsid()
 except Exception:
     pass
+if cfg["contain"] and capabilities():
+    raise SystemExit("refusing to run code: the worker still holds capabilities")
 uid_map = open("/proc/self/uid_map").read().split() if os.path.exists("/proc/self/uid_map") else []
 fresh_count = cfg["uid"] is not None or uid_map[:3] != ["0", "0", "4294967295"]
 # RLIMIT_NPROC counts every process of the uid; only a fresh uid or user namespace starts from zero
@@ -212,7 +299,7 @@ class Backend:
     """How sandboxed code is started on this machine (see the module docstring)."""
 
     name: str
-    """which isolation is used: bwrap or rlimit"""
+    """which isolation is used: bwrap, unshare or rlimit"""
     prefix: tuple[str, ...]
     """command placed before the interpreter (bwrap or unshare and their options; may be empty)"""
     private_filesystem: bool
@@ -226,52 +313,85 @@ class Backend:
     """we are root, so the code runs as a fresh unprivileged uid"""
 
 
+class SandboxUnavailableError(RuntimeError):
+    """No backend can isolate model-written code on this machine, and AGENTRL_SANDBOX does not opt out."""
+
+
+BACKENDS = ("bwrap", "unshare", "rlimit")  # the values of AGENTRL_SANDBOX; auto tries the first two in order
+
+
 def get_backend() -> Backend:
-    """The backend used on this machine: AGENTRL_SANDBOX (bwrap|rlimit) when set, else the best that works."""
-    return _select_backend(os.environ.get("AGENTRL_SANDBOX", "auto"))
+    """The backend used on this machine: AGENTRL_SANDBOX (bwrap|unshare|rlimit) when set, else bwrap, else
+    unshare. Raises SandboxUnavailableError, saying how to get isolation, when the chosen one cannot run."""
+    backend = _select_backend(os.environ.get("AGENTRL_SANDBOX", "auto"))
+    if isinstance(backend, str):
+        raise SandboxUnavailableError(backend)
+    return backend
 
 
 @functools.cache
-def _select_backend(requested: str) -> Backend:
-    if requested not in ("auto", "bwrap", "rlimit"):
-        raise ValueError(f"AGENTRL_SANDBOX={requested!r}: use 'bwrap', 'rlimit', or leave it unset")
+def _select_backend(requested: str) -> Backend | str:
+    """The backend for AGENTRL_SANDBOX=`requested`, or why none can contain the code (probed and warned
+    about once per process)."""
+    if requested not in ("auto", *BACKENDS):
+        raise ValueError(f"AGENTRL_SANDBOX={requested!r}: use 'bwrap', 'unshare', 'rlimit', or leave it unset")
     root = os.geteuid() == 0
-    problem = "bubblewrap not found"
-    if requested != "rlimit" and shutil.which("bwrap"):
-        prefix = _bwrap_prefix(root)
-        error = _probe(prefix, root)
+    if requested == "rlimit":
+        warnings.warn("AGENTRL_SANDBOX=rlimit: model-written code runs without filesystem isolation (it can "
+                      "write wherever this user can, /tmp included); for isolation unset AGENTRL_SANDBOX and "
+                      "install bubblewrap (apt install bubblewrap)", RuntimeWarning, stacklevel=4)
+        return _rlimit_backend(root)
+    problems = []
+    for name, make in (("bwrap", _bwrap_backend), ("unshare", _unshare_backend)):
+        if requested not in ("auto", name):
+            continue
+        if not shutil.which(name):
+            problems.append(f"{name} not found")
+            continue
+        backend = make(root)
+        error = _probe(backend)
         if error is None:
-            return Backend("bwrap", prefix, private_filesystem=True, network_isolated=True, pid_namespace=True,
-                           separate_uid=root)
-        problem = f"bubblewrap is installed but cannot create a sandbox here ({error})"
-    if requested == "bwrap":
-        raise RuntimeError(f"AGENTRL_SANDBOX=bwrap but {problem}: install the Debian package bubblewrap, "
-                           "allow user namespaces, or set AGENTRL_SANDBOX=rlimit")
-    for prefix in _unshare_prefixes(root):
-        if _probe(prefix, root) is None:
-            break
-    else:
-        prefix = ()
-    if requested == "auto":
-        isolation = "unshare " + " ".join(prefix[1:]) if prefix else "no namespaces"
-        warnings.warn(f"{problem}: install the Debian package bubblewrap for full isolation; falling back "
-                      f"to rlimits + {isolation}", RuntimeWarning, stacklevel=4)
-    return Backend("rlimit", prefix, private_filesystem=False, network_isolated="--net" in prefix,
-                   pid_namespace="--pid" in prefix, separate_uid=root)
+            return backend
+        problems.append(f"{name} cannot create a sandbox here ({error})")
+    forced = "" if requested == "auto" else f"AGENTRL_SANDBOX={requested}: "
+    return (f"{forced}no sandbox can isolate model-written Python on this machine ({'; '.join(problems)}). "
+            "Install bubblewrap (apt install bubblewrap) or enable unprivileged user namespaces for unshare "
+            "(Linux only: on macOS use a Linux VM or container); AGENTRL_SANDBOX=rlimit runs the code anyway, "
+            "without filesystem isolation (unsafe)")
+
+
+def _bwrap_backend(root: bool) -> Backend:
+    return Backend("bwrap", _bwrap_prefix(root), private_filesystem=True, network_isolated=True,
+                   pid_namespace=True, separate_uid=root)
+
+
+def _unshare_backend(root: bool) -> Backend:
+    """New mount, pid, network, ipc and uts namespaces (and a user namespace, whose root we are, when not
+    root); the worker builds the private filesystem itself (`contain` in the worker source)."""
+    user = () if root else ("--user", "--map-root-user")
+    namespaces = ("--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts")
+    return Backend("unshare", ("unshare", *user, *namespaces, "--"), private_filesystem=True,
+                   network_isolated=True, pid_namespace=True, separate_uid=root)
+
+
+def _rlimit_backend(root: bool) -> Backend:
+    """The opt-out: rlimits, plus network and pid namespaces where unshare may create them."""
+    candidates = (Backend("rlimit", prefix, private_filesystem=False, network_isolated="--net" in prefix,
+                          pid_namespace="--pid" in prefix, separate_uid=root)
+                  for prefix in [*_unshare_prefixes(root), ()])
+    return next(backend for backend in candidates if not backend.prefix or _probe(backend) is None)
 
 
 def _bwrap_prefix(root: bool) -> tuple[str, ...]:
     """Host read-only, private /tmp (size-capped when bwrap supports --size), interpreter bound back."""
     size = ("--size", str(WORKDIR_MB * 2**20)) if _bwrap_supports_size() else ()
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    hidden_dirs = [d for d in HIDDEN_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    hidden_dirs = _hidden_dirs()
     for hidden in hidden_dirs:
         args += ["--perms", "1777", *size, "--tmpfs", hidden] if hidden == "/tmp" else ["--tmpfs", hidden]
-    args += ["--perms", "1777", "--dir", BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR]
+    args += ["--perms", "1777", "--dir", PRIVATE_WORKDIR, "--chdir", PRIVATE_WORKDIR]
     created: set[str] = set()
-    for path in _interpreter_dirs():
-        if not any(path.startswith(hidden + "/") for hidden in HIDDEN_DIRS):
-            continue
+    for path in _hidden_interpreter_dirs():
         parent = os.path.dirname(path)
         ancestors = []
         while parent not in HIDDEN_DIRS and parent not in created and parent != "/":
@@ -314,7 +434,18 @@ def _interpreter_dirs() -> list[str]:
     return kept
 
 
+def _hidden_dirs() -> list[str]:
+    """The HIDDEN_DIRS that are directories here (not symlinks: those point into the others or stay visible)."""
+    return [d for d in HIDDEN_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+
+
+def _hidden_interpreter_dirs() -> list[str]:
+    """Directories the interpreter needs that a hidden directory covers: they are bound back, read-only."""
+    return [path for path in _interpreter_dirs() if any(path.startswith(d + "/") for d in HIDDEN_DIRS)]
+
+
 def _unshare_prefixes(root: bool) -> list[tuple[str, ...]]:
+    """unshare commands for the rlimit backend, most isolated first."""
     if not shutil.which("unshare"):
         return []
     namespaces = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
@@ -323,18 +454,23 @@ def _unshare_prefixes(root: bool) -> list[tuple[str, ...]]:
     return [("unshare", "--user", "--map-root-user", *namespaces)]
 
 
-def _probe(prefix: tuple[str, ...], root: bool) -> str | None:
-    """Start a trivial sandboxed interpreter (dropping to a throwaway uid when root): None when it works."""
-    uid = _throwaway_uid()
-    code = f"import os; os.setgroups([]); os.setgid({uid}); os.setuid({uid})" if root else "pass"
+_PROBE_CODE = ("import os\n"
+               "print('working directory', 'writable' if os.access('.', os.W_OK) else 'read-only', end=', ')\n"
+               "print('host filesystem', 'read-only' if os.statvfs('/').f_flag & os.ST_RDONLY else 'writable')")
+
+
+def _probe(backend: Backend) -> str | None:
+    """Start a real worker and check what the backend promises: a writable working directory, and for
+    bwrap and unshare a read-only host. None when it delivers, else why not."""
+    worker = _Worker(backend)
     try:
-        done = subprocess.run([*prefix, sys.executable, "-I", "-c", code], capture_output=True, text=True,
-                              timeout=START_TIMEOUT_S, env=_child_env("/"), cwd="/")
-    except (OSError, subprocess.SubprocessError) as exc:
-        return str(exc)
-    if done.returncode != 0:
-        return (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-    return None
+        observation = worker.run(_PROBE_CODE, START_TIMEOUT_S).observation()
+    finally:
+        worker.kill()
+    promised = "working directory writable" + (", host filesystem read-only" if backend.private_filesystem else "")
+    if observation.startswith(promised) and observation.count("\n") == 1:
+        return None
+    return observation.strip().splitlines()[-1].removeprefix("Error: ")
 
 
 def _throwaway_uid() -> int:
@@ -396,7 +532,7 @@ class _Worker:
         self.backend = backend
         self.uid = _throwaway_uid() if backend.separate_uid else None
         self.host_workdir = None if backend.private_filesystem else tempfile.mkdtemp(prefix="agentrl_sandbox_")
-        workdir = BWRAP_WORKDIR if backend.private_filesystem else self.host_workdir
+        workdir = PRIVATE_WORKDIR if backend.private_filesystem else self.host_workdir
         if self.host_workdir and self.uid is not None:
             os.chown(self.host_workdir, self.uid, self.uid)
         self.start_error: str | None = None
@@ -407,7 +543,10 @@ class _Worker:
                   "preload": PRELOAD if self.uid is not None and not backend.private_filesystem else [],
                   "memory_bytes": MEMORY_MB * 2**20, "max_file_bytes": MAX_FILE_BYTES,
                   "max_open_files": MAX_OPEN_FILES, "max_cpu_s": MAX_CPU_S, "max_processes": MAX_PROCESSES,
-                  "stop_strays": backend.pid_namespace or self.uid is not None}
+                  "stop_strays": backend.pid_namespace or self.uid is not None, "contain": backend.name == "unshare"}
+        if config["contain"]:  # what the worker needs to build its private filesystem (`contain`)
+            config.update(host_mount_ns=os.stat("/proc/self/ns/mnt").st_ino, hidden_dirs=_hidden_dirs(),
+                          bind_back=_hidden_interpreter_dirs(), workdir_bytes=WORKDIR_MB * 2**20)
         argv = [*backend.prefix, sys.executable, "-I", "-u", "-c", _WORKER_SOURCE, json.dumps(config)]
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -598,7 +737,8 @@ def _remove_tree(path: str) -> None:
 
 def run_python(code: str, timeout_s: float = TIMEOUT_S) -> str:
     """Run `code` in a fresh sandbox and return the observation the agent sees. Never raises for
-    anything the code does: timeouts, limits, crashes and exceptions all come back as text."""
+    anything the code does: timeouts, limits, crashes and exceptions all come back as text. Raises
+    SandboxUnavailableError, before running anything, when no backend can isolate code here."""
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
     worker = _Worker(get_backend())

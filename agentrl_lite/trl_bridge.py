@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import typing
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +37,10 @@ from agentrl_lite.chat import ToolCall
 from agentrl_lite.env import Environment
 from agentrl_lite.grpo import GRPOConfig
 from agentrl_lite.tools import Toolbox
+
+# TRL 1.16 reads `model.is_gradient_checkpointing`, which transformers 5.23 deprecates with a FutureWarning at every
+# training step (dozens per notebook). The call is TRL's, not ours, and harmless: keep it out of the learner's way.
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 class _QuietProgress(ProgressCallback):

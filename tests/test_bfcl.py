@@ -45,8 +45,8 @@ def test_subset_is_seeded_and_in_bfcl_order():
 
 
 def test_unknown_category_is_a_clear_error():
-    with pytest.raises(ValueError, match="live_simple"):
-        bfcl.load_category("live_simple")
+    with pytest.raises(ValueError, match="live_nonexistent"):
+        bfcl.load_category("live_nonexistent")
 
 
 def test_every_ground_truth_answer_scores_correct(entries):

@@ -293,6 +293,7 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
     rerun = run("20260102T000000Z", "make course PROFILE=cpu LESSON=01",
                 [{"notebook": "01_b.ipynb", "status": "ok", "seconds": 900.0}])
     metrics = json.loads(record_course_run(whole, rerun).read_text())["metrics"]
-    assert metrics["notebooks"]["01_b.ipynb"] == {"status": "ok", "seconds": 900.0, "run_dir": "20260102T000000Z",
+    assert metrics["notebooks"]["01_b.ipynb"] == {"status": "ok", "seconds": 900.0, "peak_rss_mb": None,
+                                                  "run_dir": "20260102T000000Z",
                                                   "command": "make course PROFILE=cpu LESSON=01"}
     assert metrics["over_budget"] == [] and metrics["notebooks"]["00_a.ipynb"]["run_dir"] == "20260101T000000Z"

@@ -121,7 +121,7 @@ def test_runner_stops_a_cell_that_runs_too_long(tmp_path: Path) -> None:
 
 
 def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(
         "AGENTRL_RESULTS", str(tmp_path / "results")
@@ -139,7 +139,9 @@ def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
         ]
     )
     assert code == 1, "a failed notebook must make the command fail"
-    assert "02_fails.ipynb" in capsys.readouterr().out
+    captured = capfd.readouterr()  # file-descriptor level: the kernels' own stderr too
+    assert "02_fails.ipynb" in captured.out
+    assert "without encryption" not in captured.err, "kernels must talk over IPC, not warn about plain TCP"
     assert "AGENTRL_RUN_DIR" not in os.environ, "the runner must restore the environment"
     (run_dir,) = (tmp_path / "runs").iterdir()
 
@@ -148,6 +150,7 @@ def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
         ("01_ok.ipynb", "ok"),
         ("02_fails.ipynb", "failed"),
     ]
+    assert all(n["peak_rss_mb"] > 20 for n in summary["notebooks"]), "a kernel's memory was not measured"
     failed = nbformat.read(run_dir / "02_fails.ipynb", as_version=4)
     assert failed.cells[-1].outputs == [], "execution must stop at the failing cell"
 
@@ -168,6 +171,7 @@ def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
     )
     assert "curve" not in report, "lists are curves, not headline numbers"
     assert "![01_ok_0](plots/01_ok_0.png)" in report
+    assert "measures plumbing, not learning" in report.split("## Notebooks")[0], "smoke reports say so at the top"
 
 
 # --- the real notebooks --------------------------------------------------------------------------------------

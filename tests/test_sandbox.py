@@ -1,17 +1,20 @@
 """Hostile inputs for the Python sandbox: every call must come back as text, contained, leaving no trace.
 
-Each hostile case runs on the default backend and on the rlimit fallback (AGENTRL_SANDBOX=rlimit). After
-every call the same host-side checks run: the observation is a string with the expected text, the
-parent's secret is not in it, no file appeared outside the sandbox, no sandbox process is left, the
-working directory is gone, a bystander process is alive and a host socket received no connection.
-A case the fallback cannot contain on this machine (e.g. /tmp writes without bwrap) is skipped, naming
-what is missing.
+Each hostile case runs on every backend, forced in turn with AGENTRL_SANDBOX (bwrap, unshare, then the rlimit
+opt-out; only the one named when the run sets AGENTRL_SANDBOX). The backend is in every test id
+(`test_hostile_code_is_contained[unshare-write_tmp]`), and one this machine cannot run is skipped with the
+reason (`pytest -rs` lists them). After every call the same host-side checks run: the observation is a
+string with the expected text, the parent's secret is not in it, no file appeared outside the sandbox (in
+/, /tmp, /var/tmp, /dev/shm, $HOME or the repository), no sandbox process is left, the working directory is
+gone, a bystander process is alive and a host socket received no connection. A case a backend does not
+claim to contain (filesystem writes under the rlimit opt-out) is skipped, naming what is missing.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -25,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_lite import sandbox
-from agentrl_lite.sandbox import Backend, PythonSession, run_python
+from agentrl_lite.sandbox import Backend, PythonSession, SandboxUnavailableError, run_python
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SECRET = f"hunter2-{uuid.uuid4().hex}"
@@ -36,11 +39,17 @@ def _owns_processes(backend: Backend) -> bool:
     return backend.pid_namespace or backend.separate_uid
 
 
+def _isolates_filesystem(backend: Backend) -> bool:
+    """The host filesystem is read-only to the code and /tmp is private (bwrap, unshare; not the opt-out)."""
+    return backend.private_filesystem
+
+
 @dataclass
 class Case:
     id: str
     code: str
-    """Python source; MARKER, HOST_PID, BYSTANDER_PID, LISTEN_PORT, OUTSIDE_TMP/HOME/REPO are filled in"""
+    """Python source; MARKER, HOST_PID, BYSTANDER_PID, LISTEN_PORT, HOME_DIR, REPO_ROOT, OUTSIDE_NAME (a file
+    name) and OUTSIDE_TMP/VARTMP/SHM/HOME/REPO (that name in a host directory) are filled in"""
     expect: tuple[str, ...]
     """regular expressions that must all match the observation"""
     forbid: tuple[str, ...] = ()
@@ -87,6 +96,46 @@ CASES = [
          needs=lambda b: b.private_filesystem or b.separate_uid),
     Case("symlink_to_repo", "import os\nos.symlink('REPO_ROOT', 'repo')\nopen('repo/OUTSIDE_NAME', 'w')",
          (WRITE_REFUSED,), needs=lambda b: b.private_filesystem or b.separate_uid),
+    Case("write_workdir_ancestors",
+         "for up in ('..', '../..', '../../..'):\n    try:\n        open(up + '/OUTSIDE_NAME', 'x').close()\n"
+         "        print(up, 'created')\n    except OSError as exc:\n        print(up, exc.strerror)",
+         (rf"^\.\. (created|{WRITE_REFUSED})\n\.\./\.\. ({WRITE_REFUSED})\n\.\./\.\./\.\. ({WRITE_REFUSED})\n$",),
+         needs=_isolates_filesystem),
+    Case("os_open_outside",
+         "import os\nfor label, path in [('root', '/OUTSIDE_NAME'), ('repo', 'OUTSIDE_REPO'), ('home', 'OUTSIDE_HOME'),\n"
+         "                    ('var_tmp', 'OUTSIDE_VARTMP'), ('shm', 'OUTSIDE_SHM')]:\n    try:\n"
+         "        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))\n        print(label, 'created')\n"
+         "    except OSError as exc:\n        print(label, exc.strerror)",
+         (rf"^root ({WRITE_REFUSED})\nrepo ({WRITE_REFUSED})\nhome ({WRITE_REFUSED})\nvar_tmp ({WRITE_REFUSED})\n"
+          rf"shm ({WRITE_REFUSED})\n$",), needs=_isolates_filesystem),
+    Case("pathlib_outside",
+         "from pathlib import Path\nfor label, path in [('home', Path('OUTSIDE_HOME')), ('repo', Path('OUTSIDE_REPO'))]:\n"
+         "    for verb, make in [('write', lambda: path.write_text('escaped')), ('mkdir', path.mkdir), ('touch', path.touch)]:\n"
+         "        try:\n            make()\n            print(label, verb, 'created')\n        except OSError as exc:\n"
+         "            print(label, verb, exc.strerror)",
+         tuple(rf"{label} {verb} ({WRITE_REFUSED})\n" for label in ("home", "repo") for verb in ("write", "mkdir", "touch")),
+         needs=_isolates_filesystem),
+    Case("subprocess_touch",
+         "import subprocess\nr = subprocess.run(['touch', '/OUTSIDE_NAME', 'OUTSIDE_REPO', 'OUTSIDE_HOME', 'OUTSIDE_VARTMP',\n"
+         "                    'OUTSIDE_SHM'], capture_output=True, text=True)\nprint(r.returncode)\nprint(r.stderr)",
+         (rf"^1\n(touch: cannot touch '[^']*agentrl_escape_[^']*': ({WRITE_REFUSED})\n){{5}}",), needs=_isolates_filesystem),
+    Case("shell_redirect",
+         "import os\nos.system(\"echo escaped > 'OUTSIDE_REPO'; echo escaped > 'OUTSIDE_HOME'; mkdir 'OUTSIDE_VARTMP'\")",
+         (rf"^\[stderr\]\n([^\n]*({WRITE_REFUSED})[^\n]*\n){{3}}$",), needs=_isolates_filesystem),
+    Case("symlink_escapes",
+         "import os\nfor label, target in [('parent', '..'), ('tmp', '/tmp'), ('root', '/'), ('home', 'HOME_DIR'),\n"
+         "                      ('repo', 'REPO_ROOT'), ('shm', '/dev/shm')]:\n    os.symlink(target, 'link_' + label)\n"
+         "    try:\n        open(os.path.join('link_' + label, 'OUTSIDE_NAME'), 'w').close()\n        print(label, 'created')\n"
+         "    except OSError as exc:\n        print(label, exc.strerror)",
+         (rf"^parent (created|{WRITE_REFUSED})\ntmp (created|{WRITE_REFUSED})\nroot ({WRITE_REFUSED})\n"
+          rf"home ({WRITE_REFUSED})\nrepo ({WRITE_REFUSED})\nshm ({WRITE_REFUSED})\n$",), needs=_isolates_filesystem),
+    Case("append_to_host_file", "open('REPO_ROOT/README.md', 'a').close()  # opening alone changes nothing",
+         (WRITE_REFUSED,), needs=_isolates_filesystem),
+    Case("remount_or_unmount",
+         "import subprocess\nescape = 'mount -o remount,rw,bind /; umount -l /tmp; touch OUTSIDE_TMP OUTSIDE_REPO'\n"
+         "script = f\"{escape}; unshare -rm sh -c '{escape}'; echo done\"\n"
+         "r = subprocess.run(['sh', '-c', script], capture_output=True, text=True)\nprint(r.stdout + r.stderr)",
+         (r"^done\n", rf"touch: cannot touch '[^']*agentrl_escape_[^']*': ({WRITE_REFUSED})"), needs=_isolates_filesystem),
     Case("read_environment", "import os\nprint(sorted(os.environ))", (r"'PATH'",), forbid=(r"AGENTRL_TEST_SECRET",)),
     Case("read_parent_environ", "print(open('/proc/HOST_PID/environ').read())",
          (r"FileNotFoundError|PermissionError",), needs=_owns_processes),
@@ -125,18 +174,28 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=["default", "rlimit"])
+@pytest.fixture(params=sandbox.BACKENDS)
 def backend(request, monkeypatch) -> Backend:
-    """The backend under test: the default (AGENTRL_SANDBOX when set), then the rlimit fallback."""
+    """The backend under test, forced with AGENTRL_SANDBOX: each in turn, or only the one the run's
+    AGENTRL_SANDBOX names. One that cannot run here is skipped, saying why."""
+    wanted = os.environ.get("AGENTRL_SANDBOX", "auto")
+    if wanted not in ("auto", request.param):
+        pytest.skip(f"AGENTRL_SANDBOX={wanted}: this run tests only the {wanted} backend")
+    monkeypatch.setenv("AGENTRL_SANDBOX", request.param)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a missing bwrap is reported once, not per test
-        default = sandbox.get_backend()
-    if request.param == "default":
-        return default
-    if default.name == "rlimit":
-        pytest.skip("the default backend is already the rlimit fallback")
-    monkeypatch.setenv("AGENTRL_SANDBOX", "rlimit")
-    return sandbox.get_backend()
+        warnings.simplefilter("ignore")  # the rlimit opt-out's warning has a test of its own
+        try:
+            return sandbox.get_backend()
+        except SandboxUnavailableError as exc:
+            pytest.skip(f"the {request.param} backend cannot run here: {exc}")
+
+
+@pytest.fixture
+def fresh_selection():
+    """The backend is chosen anew in this test, and again after it (a simulated machine must not stick)."""
+    sandbox._select_backend.cache_clear()
+    yield
+    sandbox._select_backend.cache_clear()
 
 
 @pytest.fixture(autouse=True)
@@ -212,12 +271,14 @@ def test_hostile_code_is_contained(case: Case, backend: Backend, bystander, list
                     f"uid {'separate' if backend.separate_uid else 'shared'}) cannot contain {case.id}")
     marker = f"agentrl-test-{uuid.uuid4().hex}"
     name = f"agentrl_escape_{marker}"
-    outside = [Path(tempfile.gettempdir()) / name, Path.home() / name, REPO_ROOT / name]
+    host_dirs = {"TMP": Path(tempfile.gettempdir()), "VARTMP": Path("/var/tmp"), "SHM": Path("/dev/shm"),
+                 "HOME": Path.home(), "REPO": REPO_ROOT}
+    outside = {d / name for d in [*host_dirs.values(), Path("/"), Path("/tmp")] if d.is_dir()}
     code = case.code
     for token, value in [("MARKER", marker), ("HOST_PID", str(os.getpid())), ("BYSTANDER_PID", str(bystander.pid)),
-                         ("LISTEN_PORT", str(listener.getsockname()[1])), ("OUTSIDE_TMP", str(outside[0])),
-                         ("OUTSIDE_HOME", str(outside[1])), ("OUTSIDE_REPO", str(outside[2])),
-                         ("OUTSIDE_NAME", name), ("REPO_ROOT", str(REPO_ROOT))]:
+                         ("LISTEN_PORT", str(listener.getsockname()[1])), ("HOME_DIR", str(Path.home())),
+                         ("REPO_ROOT", str(REPO_ROOT)), ("OUTSIDE_NAME", name),
+                         *[(f"OUTSIDE_{key}", str(d / name)) for key, d in host_dirs.items()]]:
         code = code.replace(token, value)
     workdirs_before = _sandbox_workdirs()
 
@@ -225,6 +286,13 @@ def test_hostile_code_is_contained(case: Case, backend: Backend, bystander, list
     observation = run_python(code, timeout_s=case.timeout_s)
     elapsed = time.monotonic() - start
 
+    escaped = sorted(p for p in outside if p.exists() or p.is_symlink())
+    for path in escaped:  # removed before any assertion, so a failing test leaves nothing on the host
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
+    assert not escaped, f"the code wrote outside its sandbox: {escaped}\n{observation[-1500:]}"
     assert isinstance(observation, str)
     for pattern in case.expect:
         assert re.search(pattern, observation), f"{pattern!r} not in observation:\n{observation[-1500:]}"
@@ -234,10 +302,6 @@ def test_hostile_code_is_contained(case: Case, backend: Backend, bystander, list
     shadow = _shadow_first_line()
     assert shadow is None or shadow not in observation
     assert elapsed < case.timeout_s + 5.0, "the call overran its timeout by more than the kill/cleanup margin"
-    escaped = [p for p in outside if p.exists()]
-    for path in escaped:
-        path.unlink()
-    assert not escaped, f"the code wrote outside its sandbox: {escaped}"
     assert not _wait_until_gone(marker), "a process started by the code survived the call"
     assert not _wait_until_gone(worker_tag), "a sandbox worker survived the call"
     assert _sandbox_workdirs() == workdirs_before, "the working directory was not deleted"
@@ -349,30 +413,92 @@ def test_a_forged_answer_cannot_hang_the_host(backend):
         assert python.run("print('after')") == "after\n"
 
 
-def test_missing_bwrap_warns_once_and_falls_back(monkeypatch):
+@pytest.mark.parametrize("failing, chosen", [((), "bwrap"), (("bwrap",), "unshare"), (("bwrap", "unshare"), None)])
+def test_auto_tries_bwrap_then_unshare_and_never_the_rlimit_opt_out(failing, chosen, monkeypatch, fresh_selection):
+    monkeypatch.delenv("AGENTRL_SANDBOX", raising=False)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda cmd: f"/usr/bin/{cmd}")
+    probed = []
+
+    def probe(backend: Backend) -> str | None:
+        probed.append(backend.name)
+        return f"simulated: {backend.name} fails" if backend.name in failing else None
+
+    monkeypatch.setattr(sandbox, "_probe", probe)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # choosing a contained backend is silent
+        if chosen is None:
+            with pytest.raises(SandboxUnavailableError, match=r"\(simulated: bwrap fails\); unshare cannot"):
+                sandbox.get_backend()
+        else:
+            assert sandbox.get_backend().name == chosen
+    assert probed == ["bwrap", "unshare"][:len(failing) + 1]
+
+
+def test_missing_bwrap_selects_unshare(monkeypatch, fresh_selection):
     monkeypatch.delenv("AGENTRL_SANDBOX", raising=False)
     real_which = sandbox.shutil.which
     monkeypatch.setattr(sandbox.shutil, "which", lambda cmd: None if cmd == "bwrap" else real_which(cmd))
-    sandbox._select_backend.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match=r"bubblewrap not found: install the Debian package bubblewrap"):
-            assert sandbox.get_backend().name == "rlimit"
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # a second call must not warn again
-            assert run_python("print('fallback')") == "fallback\n"
-    finally:
-        sandbox._select_backend.cache_clear()
+        backend = sandbox.get_backend()
+    except SandboxUnavailableError as exc:
+        pytest.skip(f"unshare cannot contain code here either: {exc}")
+    assert backend.name == "unshare" and backend.private_filesystem
+    assert run_python("import os\nprint(os.getcwd())") == f"{sandbox.PRIVATE_WORKDIR}\n"
 
 
-def test_forcing_a_missing_bwrap_is_an_actionable_error(monkeypatch):
-    monkeypatch.setenv("AGENTRL_SANDBOX", "bwrap")
+def _no_containment(monkeypatch) -> None:
+    """Simulate a machine where no backend can contain code (no user namespaces, macOS): every probe fails."""
+    monkeypatch.setattr(sandbox, "_probe", lambda backend: "simulated: no user namespaces")
+
+
+def test_without_containment_python_refuses_with_an_actionable_error(monkeypatch, fresh_selection):
+    monkeypatch.delenv("AGENTRL_SANDBOX", raising=False)
+    _no_containment(monkeypatch)
+    code = "print('ran ' + 'unsandboxed')"
+    with pytest.raises(SandboxUnavailableError, match=r"Install bubblewrap \(apt install bubblewrap\)") as refused:
+        run_python(code)
+    assert "simulated: no user namespaces" in str(refused.value)  # why, for each backend tried
+    assert "AGENTRL_SANDBOX=rlimit" in str(refused.value)  # and the documented opt-out
+    with PythonSession() as session, pytest.raises(SandboxUnavailableError):
+        session.run(code)
+    from agentrl_lite.chat import ToolCall
+    from agentrl_lite.tools import Toolbox, python  # imports transformers: only this test needs it
+
+    observation = Toolbox([python]).execute(ToolCall("python", {"code": code}))  # in a rollout: an observation
+    assert observation.startswith("Error: python raised SandboxUnavailableError: ")
+    assert "apt install bubblewrap" in observation and "ran unsandboxed" not in observation
+
+
+def test_the_rlimit_opt_out_runs_the_code_and_warns_once(monkeypatch, fresh_selection):
+    monkeypatch.setenv("AGENTRL_SANDBOX", "rlimit")
+    _no_containment(monkeypatch)
+    with pytest.warns(RuntimeWarning, match=r"without filesystem isolation.*apt install bubblewrap"):
+        assert run_python("print('opted out')") == "opted out\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second call must not warn again
+        assert run_python("print('again')") == "again\n"
+    assert not sandbox.get_backend().private_filesystem
+
+
+@pytest.mark.parametrize("name", ["bwrap", "unshare"])
+def test_forcing_a_missing_backend_is_an_actionable_error(name, monkeypatch, fresh_selection):
+    monkeypatch.setenv("AGENTRL_SANDBOX", name)
     monkeypatch.setattr(sandbox.shutil, "which", lambda cmd: None)
-    sandbox._select_backend.cache_clear()
-    try:
-        with pytest.raises(RuntimeError, match="install the Debian package bubblewrap"):
-            sandbox.get_backend()
-    finally:
-        sandbox._select_backend.cache_clear()
+    with pytest.raises(SandboxUnavailableError, match=rf"^AGENTRL_SANDBOX={name}: .*\({name} not found\).*"
+                                                      r"apt install bubblewrap"):
+        sandbox.get_backend()
+
+
+def test_the_worker_never_remounts_the_hosts_mount_namespace():
+    """The unshare worker makes mounts read-only only in a mount namespace of its own: started without one
+    (here in a user namespace alone, where remounting would fail anyway) it refuses and runs nothing."""
+    if not shutil.which("unshare") or subprocess.run(["unshare", "--user", "--map-root-user", "true"],
+                                                     capture_output=True).returncode != 0:
+        pytest.skip("unshare cannot create a user namespace here")
+    no_mount_namespace = Backend("unshare", ("unshare", "--user", "--map-root-user", "--"), private_filesystem=True,
+                                 network_isolated=False, pid_namespace=False, separate_uid=False)
+    assert sandbox._probe(no_mount_namespace) == ("the sandbox could not start: refusing to remount: "
+                                                  "the worker shares the host's mount namespace")
 
 
 def test_unknown_backend_name_is_rejected(monkeypatch):

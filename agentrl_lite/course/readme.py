@@ -65,11 +65,13 @@ def render_course_cpu(results: dict) -> str:
     """Every lesson's wall time in the last cpu course run(s), against the 20-minute budget."""
     m = results["metrics"]
     lines = [f"Command: `{results['command']}`, {results['device']}, {results['date'][:10]}.", "",
-             "| lesson | cpu runtime | within the budget | run |", "|---|---:|:---:|---|"]
+             "| lesson | cpu runtime | within the budget | peak memory | run |", "|---|---:|:---:|---:|---|"]
     for name, n in m["notebooks"].items():
         ok = "yes" if n["status"] == "ok" and n["seconds"] <= m["budget_seconds_per_notebook"] else "**no**"
-        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min | {ok} | `runs/{n['run_dir']}` |")
-    lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min** | | |")
+        memory = f"{n['peak_rss_mb'] / 1024:.1f} GB" if n.get("peak_rss_mb") else "not measured"
+        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min | {ok} | {memory} | "
+                     f"`runs/{n['run_dir']}` |")
+    lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min** | | | |")
     return "\n".join(lines)
 
 

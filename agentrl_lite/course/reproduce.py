@@ -133,6 +133,7 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
         (seed_dir / "runs.json").write_text(json.dumps({"profile": profile, "command": f"{command}  # seed {seed}",
                                                         "notebooks": [{"notebook": spec.notebook, "status": run.status,
                                                                        "seconds": round(run.seconds, 2),
+                                                                       "peak_rss_mb": run.peak_rss_mb,
                                                                        "error": None, "errors": []}]}, indent=2) + "\n")
         if seed == NOTEBOOK_SEED and profile != "smoke":  # this run is the notebook's own committed run too
             write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],

@@ -35,6 +35,56 @@ from agentrl_lite.course.profiles import resolve_profile
 from agentrl_lite.course.results import device_name, write_results
 
 KERNEL = "python3"
+
+
+_RSS_EVERY_S = 0.25
+
+
+@contextlib.contextmanager
+def _peak_rss() -> Iterator[list[float]]:
+    """Sample the resident memory of this process's descendants (the kernel and whatever it starts) in a thread
+    while the block runs; yields a one-element list that holds the peak in MB afterwards (0 if never read)."""
+    import threading
+
+    import psutil
+
+    peak, stop = [0.0], threading.Event()
+
+    def sample() -> None:
+        me = psutil.Process()
+        while not stop.is_set():
+            total = 0
+            for child in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    total += child.memory_info().rss
+            peak[0] = max(peak[0], total / 2**20)
+            stop.wait(_RSS_EVERY_S)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _ipc_kernel_manager() -> type:
+    """A kernel manager whose kernel talks over local IPC sockets (files in Jupyter's runtime folder) instead of
+    TCP ports: nothing listens on the network, so ipykernel has nothing to warn about (it warns, once per
+    notebook, that TCP without encryption can be eavesdropped)."""
+    import uuid
+
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs: Any) -> None:
+            Path(jupyter_runtime_dir()).mkdir(parents=True, exist_ok=True)
+            ip = os.path.join(jupyter_runtime_dir(), f"agentrl-{uuid.uuid4().hex[:12]}")
+            super().__init__(transport="ipc", ip=ip, **kwargs)
+
+    return IPCKernelManager
 BUDGET_S = {"smoke": 150, "cpu": 20 * 60, "gpu": 30 * 60}
 """Stated wall-clock budget per notebook and profile (the README's profile table); the report flags notebooks above it."""
 PACKAGE_ROOT = Path(agentrl_lite.__file__).resolve().parent.parent
@@ -73,6 +123,9 @@ class NotebookRun:
     """every error, in cell order (only the first one unless allow_errors)"""
     notebook: nbformat.NotebookNode = field(repr=False)
     """the executed notebook, read back from out_path"""
+    peak_rss_mb: float | None = None
+    """the most memory the kernel's process tree held at once (resident set, summed over its processes,
+    sampled every `_RSS_EVERY_S`); None where it could not be read"""
 
     @property
     def status(self) -> str:
@@ -163,7 +216,7 @@ def execute_notebook(
     pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     stopped: Exception | None = None
     start = time.perf_counter()
-    with _environ({"AGENTRL_PROFILE": profile, "PYTHONPATH": pythonpath, **(env or {})}):
+    with _environ({"AGENTRL_PROFILE": profile, "PYTHONPATH": pythonpath, **(env or {})}), _peak_rss() as peak:
         try:
             papermill.execute_notebook(
                 str(path),
@@ -174,6 +227,7 @@ def execute_notebook(
                 execution_timeout=timeout_per_cell,
                 allow_errors=allow_errors,
                 parameters=parameters or {},
+                kernel_manager_class=_ipc_kernel_manager(),
             )
         except PapermillExecutionError:
             pass  # the failing cells carry error outputs in the executed copy; read below
@@ -198,7 +252,7 @@ def execute_notebook(
             )
         )
         errors.sort(key=lambda e: e.cell_index)
-    return NotebookRun(path, out_path, profile, seconds, errors, executed)
+    return NotebookRun(path, out_path, profile, seconds, errors, executed, round(peak[0], 1) or None)
 
 
 # --- the whole course ----------------------------------------------------------------------------------------
@@ -262,14 +316,18 @@ def _report(
         "",
         "## Notebooks",
         "",
-        "| notebook | status | runtime (s) | first error |",
-        "|---|---|---:|---|",
+        "| notebook | status | runtime (s) | peak memory (MB) | first error |",
+        "|---|---|---:|---:|---|",
     ]
+    if profile == "smoke":
+        lines[1:1] = ["", "**A smoke run measures plumbing, not learning**: every lesson runs a step or two on a "
+                      "handful of items, so its numbers below say that the code ran, not what the method does. "
+                      "The cpu and gpu profiles measure.", ""]
     for run in runs:
         over = f" (over the {budget} s budget)" if run.seconds > budget else ""
-        lines.append(
-            f"| [{run.path.name}]({run.out_path.name}) | {run.status} | {run.seconds:.1f}{over} | {_cell(run.error or '')} |"
-        )
+        memory = f"{run.peak_rss_mb:.0f}" if run.peak_rss_mb else "?"
+        lines.append(f"| [{run.path.name}]({run.out_path.name}) | {run.status} | {run.seconds:.1f}{over} | {memory} | "
+                     f"{_cell(run.error or '')} |")
     lines += ["", "## Headline numbers", ""]
     results = sorted((run_dir / "results").glob("*.json"))
     if not results:
@@ -343,6 +401,7 @@ def run_course(
             "notebook": run.path.name,
             "status": run.status,
             "seconds": round(run.seconds, 2),
+            "peak_rss_mb": run.peak_rss_mb,
             "error": run.error,
             "errors": [asdict(e) for e in run.errors],
         }
@@ -373,7 +432,8 @@ def record_course_run(*run_dirs: str | Path) -> Path:
     notebooks: dict[str, dict] = {}
     for run_dir, summary in zip(run_dirs, summaries, strict=True):
         for e in summary["notebooks"]:
-            notebooks[e["notebook"]] = {"status": e["status"], "seconds": e["seconds"], "run_dir": Path(run_dir).name,
+            notebooks[e["notebook"]] = {"status": e["status"], "seconds": e["seconds"],
+                                        "peak_rss_mb": e.get("peak_rss_mb"), "run_dir": Path(run_dir).name,
                                         "command": summary["command"]}
     notebooks = dict(sorted(notebooks.items()))
     metrics = {

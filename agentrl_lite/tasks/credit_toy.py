@@ -194,28 +194,3 @@ def credit_study(seeds: range | list[int] = range(20), **kwargs) -> dict:
                                              for m in MEASURES}
     return out
 
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m agentrl_lite.tasks.credit_toy --seeds 20`: the study, written to results/08_credit_toy.json."""
-    import argparse
-    import sys
-    import time
-
-    from agentrl_lite.course.results import write_results
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=20)
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    metrics = credit_study(range(args.seeds))
-    metrics["seconds"] = time.perf_counter() - start
-    task = CreditToy()
-    metrics["task"] = {"turns": task.turns, "states": task.states, "actions": task.actions}
-    path = write_results("08_credit_toy", metrics, profile="cpu", model="tabular softmax policy (no LLM)", seed=0,
-                         command="python -m agentrl_lite.tasks.credit_toy " + " ".join(sys.argv[1:] if argv is None
-                                                                                       else argv))
-    print("wrote", path)
-
-
-if __name__ == "__main__":
-    main()
