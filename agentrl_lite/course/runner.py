@@ -15,6 +15,7 @@ import base64
 import contextlib
 import datetime as _dt
 import fnmatch
+import functools
 import json
 import os
 import time
@@ -69,6 +70,7 @@ def _peak_rss() -> Iterator[list[float]]:
         thread.join()
 
 
+@functools.cache
 def _ipc_kernel_manager() -> type:
     """A kernel manager whose kernel talks over local IPC sockets (files in Jupyter's runtime folder) instead of
     TCP ports: nothing listens on the network, so ipykernel has nothing to warn about (it warns, once per
