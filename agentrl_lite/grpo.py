@@ -109,7 +109,11 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     """gradient clipping threshold; the pre-clip norm is logged as grad_norm"""
     micro_batch_size: int = 8
-    """episodes per forward/backward pass (gradient accumulation over the batch)"""
+    """at most this many episodes per forward/backward pass (gradient accumulation over the batch)"""
+    micro_batch_tokens: int | None = None
+    """also at most this many tokens (rows × the longest row) per forward/backward pass: the loss pass's
+    memory grows with tokens, so long multi-turn episodes go in smaller micro-batches. Consecutive episodes stay
+    together (a group shares its prompt prefix); the gradient is the same either way. None: no token cap"""
     bf16_loss: bool = False
     """bf16 autocast in the loss pass (1.8x faster on this CPU)"""
     sampler_dtype: str | None = None
@@ -336,10 +340,10 @@ class GRPOTrainer:
             return {"update_skipped": 1.0}  # zero gradient: an AdamW step would only replay its momentum
         self.model.train()
         first: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # micro-batch → (π_old, IS weights)
+        chunks = micro_batches([len(e.token_ids) for e in episodes], c.micro_batch_size, c.micro_batch_tokens)
         for iteration in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            for lo in range(0, len(episodes), c.micro_batch_size):
-                idx = list(range(lo, min(lo + c.micro_batch_size, len(episodes))))
+            for lo, idx in enumerate(chunks):
                 width = max(len(episodes[i].token_ids) for i in idx)
                 pad = self.tokenizer.pad_token_id
 
@@ -458,6 +462,22 @@ class GRPOTrainer:
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Split episodes 0..n-1, in order, into micro-batches of at most `max_rows` rows and, when `max_tokens` is
+    set, at most `max_tokens` padded tokens (rows × the longest row); an episode longer than `max_tokens` goes
+    alone. `micro_batches([5, 5, 9, 2], 8, 12)` → [[0, 1], [2], [3]]."""
+    if max_rows < 1:
+        raise ValueError(f"micro_batch_size must be at least 1, got {max_rows}")
+    out: list[list[int]] = []
+    for i, n in enumerate(lengths):
+        if out and len(out[-1]) < max_rows and (
+                max_tokens is None or (len(out[-1]) + 1) * max(n, *(lengths[j] for j in out[-1])) <= max_tokens):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def _sampling_metrics(gaps: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:

@@ -8,7 +8,7 @@ import torch
 from agentrl_lite import grpo
 from agentrl_lite.advantages import group_advantages, step_group_ids, turn_reward_table
 from agentrl_lite.episode import Episode, Turn
-from agentrl_lite.grpo import GRPOConfig, GRPOTrainer
+from agentrl_lite.grpo import GRPOConfig, GRPOTrainer, micro_batches
 from agentrl_lite.logprobs import token_logprobs
 from agentrl_lite.loss import LossConfig
 from agentrl_lite.models import tiny_policy
@@ -416,3 +416,31 @@ def test_tool_reply_tokens_get_gradient_only_with_loss_on_tool_tokens(tmp_path, 
     assert bool((grad[:, 5:10] != 0).all())  # the policy's own first turn, always
     assert bool((grad[:, :5] == 0).all())  # the prompt, never
     assert [m[10:15] for m in trainer.loss_mask(episodes)] == [[int(on_tools)] * 5] * 2
+
+
+def test_micro_batches_respect_rows_and_tokens():
+    assert micro_batches([5, 5, 9, 2], 8, 12) == [[0, 1], [2], [3]]
+    assert micro_batches([5] * 5, 2) == [[0, 1], [2, 3], [4]]
+    assert micro_batches([30, 1], 8, 10) == [[0], [1]]  # too long for the budget: alone, never dropped
+    with pytest.raises(ValueError):
+        micro_batches([1], 0)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_a_token_budget_changes_the_micro_batches_not_the_gradient(tmp_path, loss_type):
+    grads = []
+    for budget in (None, 20):
+        trainer = make_trainer(tmp_path, loss_type=loss_type, micro_batch_size=8, micro_batch_tokens=budget,
+                               max_grad_norm=1e9)  # no clipping: it would hide a wrong scale
+        episodes = trainer.sample_groups(trainer.next_tasks(2))
+        rewards, _ = trainer.score(episodes)
+        advantages = group_advantages(rewards, trainer.config.group_size)
+        assert (advantages != 0).any()
+        for i, ep in enumerate(episodes):  # unequal token counts, so a wrong per-micro-batch weight shows
+            ep.model_mask[len(ep.model_mask) - i % 4:] = [0] * (i % 4)
+        if budget:
+            assert len(micro_batches([len(e.token_ids) for e in episodes], 8, budget)) > 1
+        trainer.optimizer.step = lambda: None  # keep the gradient, skip the step
+        trainer.update(episodes, advantages)
+        grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))
+    assert (grads[0] - grads[1]).norm() <= 1e-4 * grads[0].norm(), (grads[0] - grads[1]).norm() / grads[0].norm()

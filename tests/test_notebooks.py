@@ -151,6 +151,9 @@ def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
         ("02_fails.ipynb", "failed"),
     ]
     assert all(n["peak_rss_mb"] > 20 for n in summary["notebooks"]), "a kernel's memory was not measured"
+    heaviest = summary["notebooks"][0]["heaviest_cells"]
+    assert heaviest[0]["cell"] == 4, f"the cell that held 600 MB must be named as the heaviest: {heaviest}"
+    assert heaviest[0]["peak_rss_mb"] > summary["notebooks"][1]["peak_rss_mb"] + 450, heaviest
     failed = nbformat.read(run_dir / "02_fails.ipynb", as_version=4)
     assert failed.cells[-1].outputs == [], "execution must stop at the failing cell"
 
@@ -171,6 +174,7 @@ def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
     )
     assert "curve" not in report, "lists are curves, not headline numbers"
     assert "![01_ok_0](plots/01_ok_0.png)" in report
+    assert "01_ok.ipynb: cell 4 " in report, "the report names where the memory goes"
     assert "measures plumbing, not learning" in report.split("## Notebooks")[0], "smoke reports say so at the top"
 
 

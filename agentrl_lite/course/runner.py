@@ -42,9 +42,10 @@ _RSS_EVERY_S = 0.25
 
 
 @contextlib.contextmanager
-def _peak_rss() -> Iterator[list[float]]:
+def _peak_rss(samples: list[tuple[float, float]] | None = None) -> Iterator[list[float]]:
     """Sample the resident memory of this process's descendants (the kernel and whatever it starts) in a thread
-    while the block runs; yields a one-element list that holds the peak in MB afterwards (0 if never read)."""
+    while the block runs; yields a one-element list that holds the peak in MB afterwards (0 if never read).
+    `samples`, when given, receives every reading as (unix time, MB), so memory can be attributed to cells."""
     import threading
 
     import psutil
@@ -59,6 +60,8 @@ def _peak_rss() -> Iterator[list[float]]:
                 with contextlib.suppress(psutil.Error):
                     total += child.memory_info().rss
             peak[0] = max(peak[0], total / 2**20)
+            if samples is not None:
+                samples.append((time.time(), total / 2**20))
             stop.wait(_RSS_EVERY_S)
 
     thread = threading.Thread(target=sample, daemon=True)
@@ -128,6 +131,9 @@ class NotebookRun:
     peak_rss_mb: float | None = None
     """the most memory the kernel's process tree held at once (resident set, summed over its processes,
     sampled every `_RSS_EVERY_S`); None where it could not be read"""
+    cell_peak_rss_mb: dict[int, float] = field(default_factory=dict)
+    """cell index (as stored) → the most memory the kernel held while that cell ran, from the same samples and
+    papermill's cell start and end times"""
 
     @property
     def status(self) -> str:
@@ -141,6 +147,10 @@ class NotebookRun:
             for i, cell in enumerate(_stored_cells(self.notebook))
         ]
         return sorted(timings, key=lambda t: -t[1])[:n]
+
+    def heaviest_cells(self, n: int = 3) -> list[tuple[int, float]]:
+        """(cell index, peak MB) of the n cells during which the kernel held the most memory."""
+        return sorted(self.cell_peak_rss_mb.items(), key=lambda t: -t[1])[:n]
 
     @property
     def error(self) -> str | None:
@@ -218,7 +228,9 @@ def execute_notebook(
     pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     stopped: Exception | None = None
     start = time.perf_counter()
-    with _environ({"AGENTRL_PROFILE": profile, "PYTHONPATH": pythonpath, **(env or {})}), _peak_rss() as peak:
+    samples: list[tuple[float, float]] = []
+    with _environ({"AGENTRL_PROFILE": profile, "PYTHONPATH": pythonpath, **(env or {})}), \
+            _peak_rss(samples) as peak:
         try:
             papermill.execute_notebook(
                 str(path),
@@ -254,7 +266,24 @@ def execute_notebook(
             )
         )
         errors.sort(key=lambda e: e.cell_index)
-    return NotebookRun(path, out_path, profile, seconds, errors, executed, round(peak[0], 1) or None)
+    return NotebookRun(path, out_path, profile, seconds, errors, executed, round(peak[0], 1) or None,
+                       _cell_peaks(executed, samples))
+
+
+def _cell_peaks(nb: nbformat.NotebookNode, samples: list[tuple[float, float]]) -> dict[int, float]:
+    """cell index → peak MB among the samples taken between the cell's papermill start and end times."""
+    from datetime import datetime
+
+    out = {}
+    for index, cell in enumerate(_stored_cells(nb)):
+        meta = cell.get("metadata", {}).get("papermill", {})
+        if not (meta.get("start_time") and meta.get("end_time")):
+            continue
+        lo, hi = (datetime.fromisoformat(meta[k].replace("Z", "+00:00")).timestamp() for k in ("start_time", "end_time"))
+        inside = [mb for t, mb in samples if lo <= t <= hi + _RSS_EVERY_S]
+        if inside:
+            out[index] = round(max(inside), 1)
+    return out
 
 
 # --- the whole course ----------------------------------------------------------------------------------------
@@ -330,6 +359,12 @@ def _report(
         memory = f"{run.peak_rss_mb:.0f}" if run.peak_rss_mb else "?"
         lines.append(f"| [{run.path.name}]({run.out_path.name}) | {run.status} | {run.seconds:.1f}{over} | {memory} | "
                      f"{_cell(run.error or '')} |")
+    heavy = [run for run in runs if run.cell_peak_rss_mb]
+    if heavy:
+        lines += ["", "Where the memory goes (the three cells during which each kernel held the most; "
+                  "cell numbers count markdown cells, from 0):", ""]
+        lines += [f"- {run.path.name}: " + ", ".join(f"cell {i} {mb:.0f} MB" for i, mb in run.heaviest_cells())
+                  for run in heavy]
     lines += ["", "## Headline numbers", ""]
     results = sorted((run_dir / "results").glob("*.json"))
     if not results:
@@ -404,6 +439,7 @@ def run_course(
             "status": run.status,
             "seconds": round(run.seconds, 2),
             "peak_rss_mb": run.peak_rss_mb,
+            "heaviest_cells": [{"cell": i, "peak_rss_mb": mb} for i, mb in run.heaviest_cells()],
             "error": run.error,
             "errors": [asdict(e) for e in run.errors],
         }
