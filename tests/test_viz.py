@@ -1,7 +1,6 @@
 """viz: segments cover the episode exactly, HTML colours the right text, plots draw what they are given."""
 
 import math
-import os
 import re
 
 import matplotlib
@@ -30,7 +29,6 @@ ANSWER_TURN = "The answer is 391 & that's <final>.<|im_end|>"
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    os.environ.setdefault("AGENTRL_CACHE", "/tmp/arlcache")
     from transformers import AutoTokenizer
 
     from agentrl_lite.models import embedded_checkpoint

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl_lite import seed_everything
+from agentrl_lite import seed_everything, write_results
 from agentrl_lite.course.presets import grpo_preset
 from agentrl_lite.grpo import GRPOTrainer
 from agentrl_lite.models import load_policy
@@ -75,6 +75,9 @@ def main() -> None:
                   "searches": float(np.mean([e.num_tool_calls for e in eps])),
                   "top_answers": answers.most_common(5) if k == "unanswerable" else None}
     print(json.dumps(out, indent=1, default=str))
+    write_results("09_probe_headroom", {"split": "train (16 questions per kind, random.Random(1))",
+                                        "sft_steps": args.sft_steps, "group": args.group, **out},
+                  profile="cpu", model="SmolLM2-135M-Instruct (embedded)", seed=args.seed)
 
 
 if __name__ == "__main__":

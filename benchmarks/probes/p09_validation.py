@@ -11,8 +11,10 @@ import argparse
 import json
 import random
 import time
+from pathlib import Path
 
 import numpy as np
+import torch
 
 from agentrl_lite import seed_everything, write_results
 from agentrl_lite.course.presets import grpo_preset
@@ -37,6 +39,10 @@ def main() -> None:
     p.add_argument("--per-kind", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balanced", action="store_true", help="RL on at most 144 training questions of each kind")
+    p.add_argument("--sft-cache", default=None, help="load the cold-start weights from this file if it exists, "
+                   "else train and save them there (the same SFT for several GRPO probes)")
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--group", type=int, default=8)
     args = p.parse_args()
     seed_everything(args.seed)
     index = SearchIndex(read_jsonl(DATA_DIR / "search_corpus.jsonl"))
@@ -54,7 +60,7 @@ def main() -> None:
     def ev(name):
         t = time.perf_counter()
         r = evaluate(model, tokenizer, env, tasks, evalcfg, label_key="kind")
-        out = {"EM": r.accuracy, "by_kind": r.by_label(), "searches": r.calls_per_episode,
+        out = {"EM": r.accuracy, "by_kind": r.by_label(), "searches": r.calls_per_episode, "correct": r.correct,
                "F1": float(np.mean([s["f1"] for s in r.scores])), "stop_reasons": r.stop_reasons,
                "seconds": time.perf_counter() - t}
         print(name, json.dumps(out), flush=True)
@@ -69,21 +75,27 @@ def main() -> None:
                  "demonstrations_by_kind": dict(collections.Counter(d["kind"] for d in demos)),
                  "rl_tasks_by_kind": dict(collections.Counter(q["kind"] for q in train))}
     t = time.perf_counter()
-    conversations = [env.prompt(d)[:1] + d["messages"] for d in demos]
-    losses = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
-                 SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=1e-4, bf16=True, seed=args.seed))
-    row["sft"] = {"seconds": time.perf_counter() - t, "losses": losses}
-    print("sft", row["sft"]["seconds"], losses[-1], flush=True)
+    if args.sft_cache and Path(args.sft_cache).exists():
+        model.load_state_dict(torch.load(args.sft_cache))
+        row["sft"] = {"loaded": args.sft_cache}
+    else:
+        conversations = [env.prompt(d)[:1] + d["messages"] for d in demos]
+        losses = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
+                     SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=1e-4, bf16=True, seed=args.seed))
+        row["sft"] = {"seconds": time.perf_counter() - t, "losses": losses}
+        print("sft", row["sft"]["seconds"], losses[-1], flush=True)
+        if args.sft_cache:
+            torch.save(model.state_dict(), args.sft_cache)
     row["validation_after_sft"] = ev("sft")
     if args.grpo_steps:
-        config = grpo_preset(dict(steps=args.grpo_steps, prompts=4, group=8, lr=args.lr), args.seed,
+        config = grpo_preset(dict(steps=args.grpo_steps, prompts=args.prompts, group=args.group, lr=args.lr), args.seed,
                              max_turns=4, max_new_tokens=40)
         trainer = GRPOTrainer(model, tokenizer, env, train, [exact_match_reward], config)
         t = time.perf_counter()
         history = trainer.train()
         row["grpo"] = {"seconds": time.perf_counter() - t,
                        "history": [{k: h.get(k) for k in ("reward", "frac_reward_zero_std", "tools/call_frequency",
-                                                          "completions/clipped_ratio", "step_time")} for h in history]}
+                                                          "completions/clipped_ratio", "step_time", "entropy", "grad_norm")} for h in history]}
         print("grpo", row["grpo"], flush=True)
         row["validation_after_grpo"] = ev("grpo")
     old = read_results("09_probe_validation")
