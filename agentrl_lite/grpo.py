@@ -83,6 +83,11 @@ class GRPOConfig:
     spread, or filtered out) and beta = 0. The gradient is then exactly zero, but AdamW still moves: its
     momentum replays the last real update at nearly full size for several steps (TRL steps anyway, hence the
     default). Skipped steps log update_skipped = 1 and no loss, entropy or grad_norm"""
+    skip_zero_advantage: bool = False
+    """leave episodes whose every advantage is 0 out of the loss pass (with beta = 0 they add nothing to the
+    gradient; they still count in the loss's normaliser, so the gradient is the same). Saves the forward and
+    backward of every group without reward spread; the logged entropy and clip ratios then describe the
+    episodes that were trained on"""
     filter_void_turns: bool = False
     """exclude episodes containing a void turn (neither a complete tool call nor an answer, see
     `episode.is_void_turn`) from the loss (SimpleTIR); without tools this drops every reply lacking <answer>"""
@@ -340,7 +345,12 @@ class GRPOTrainer:
             return {"update_skipped": 1.0}  # zero gradient: an AdamW step would only replay its momentum
         self.model.train()
         first: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # micro-batch → (π_old, IS weights)
-        chunks = micro_batches([len(e.token_ids) for e in episodes], c.micro_batch_size, c.micro_batch_tokens)
+        order = list(range(len(episodes)))
+        if c.skip_zero_advantage and c.loss.beta == 0:  # no KL term: a zero-advantage episode has zero gradient
+            order = [i for i in order if bool((advantages[i] != 0).any())]
+        chunks = [[order[j] for j in chunk] for chunk in micro_batches(
+            [len(episodes[i].token_ids) for i in order], c.micro_batch_size, c.micro_batch_tokens)]
+        trained_tokens = max(1, sum(sum(masks[i]) for i in order))
         for iteration in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             for lo, idx in enumerate(chunks):
@@ -379,8 +389,10 @@ class GRPOTrainer:
                 (loss * weight).backward()  # accumulated micro-batches reproduce the full-batch loss
                 metrics = {"loss": loss.item(), **metrics,
                            "entropy": (entropy * mask).sum().item() / max(1, n_tok)}
+                # the loss is the full batch's; other metrics average over the episodes trained on
+                share = n_tok / trained_tokens if token_normalised else len(idx) / len(order)
                 for k, v in metrics.items():
-                    sums[k] = sums.get(k, 0.0) + weight * float(v) / c.num_iterations
+                    sums[k] = sums.get(k, 0.0) + (weight if k == "loss" else share) * float(v) / c.num_iterations
             if all(p.grad is None for p in self.params):  # no token in the loss: no update, not a crash
                 sums["grad_norm"] = sums.get("grad_norm", 0.0)
                 continue

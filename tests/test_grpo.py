@@ -444,3 +444,27 @@ def test_a_token_budget_changes_the_micro_batches_not_the_gradient(tmp_path, los
         trainer.update(episodes, advantages)
         grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))
     assert (grads[0] - grads[1]).norm() <= 1e-4 * grads[0].norm(), (grads[0] - grads[1]).norm() / grads[0].norm()
+
+
+def test_skipping_zero_advantage_episodes_keeps_the_gradient(tmp_path):
+    grads, metrics = [], []
+    for skip in (False, True):
+        trainer = make_trainer(tmp_path, micro_batch_size=3, skip_zero_advantage=skip, max_grad_norm=1e9)
+        episodes = trainer.sample_groups(trainer.next_tasks(2))
+        rewards, _ = trainer.score(episodes)
+        advantages = group_advantages(rewards, trainer.config.group_size)
+        advantages[:4] = 0.0  # the first group carries no signal
+        assert (advantages[4:] != 0).any()
+        for i, ep in enumerate(episodes):  # unequal token counts, so a wrong normaliser shows
+            ep.model_mask[len(ep.model_mask) - i % 3:] = [0] * (i % 3)
+        calls = []
+        forward = trainer.model.forward
+        trainer.model.forward = lambda *a, **k: (calls.append(k.get("input_ids", a[0] if a else None).shape[0]),
+                                                 forward(*a, **k))[1]
+        trainer.optimizer.step = lambda: None  # keep the gradient, skip the step
+        metrics.append(trainer.update(episodes, advantages))
+        grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))
+        if skip:
+            assert sum(calls) <= 4 + 2, "the zero-advantage group must not be run (4 rows, plus shared prefixes)"
+    assert (grads[0] - grads[1]).norm() <= 1e-4 * grads[0].norm()
+    assert metrics[0]["loss"] == pytest.approx(metrics[1]["loss"], rel=1e-4, abs=1e-7)

@@ -9,6 +9,7 @@ choice, written once:
 - sampling with a bf16 copy of the policy on a CPU with bf16 instructions (`models.fast_sampler_dtype`),
   corrected by truncated importance sampling (the trainer's `is_cap`);
 - `skip_empty_updates`: a batch without reward spread does not step AdamW (lesson 06 shows why);
+- `skip_zero_advantage`: groups without reward spread are left out of the loss pass (the same gradient, less work);
 - sampling at temperature 1, 32 episodes per batch, no nested progress bar.
 """
 
@@ -33,6 +34,7 @@ def grpo_preset(budget: dict[str, Any], seed: int, *, max_turns: int, max_new_to
     """
     config = GRPOConfig(steps=budget["steps"], prompts_per_step=budget["prompts"], group_size=budget["group"],
                         lr=budget["lr"], bf16_loss=True, micro_batch_size=8, seed=seed, skip_empty_updates=True,
+                        skip_zero_advantage=True,
                         sampler_dtype="auto",
                         rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=1.0,
                                               batch_size=sampling_batch_size, progress=False))

@@ -42,6 +42,8 @@ def main() -> None:
     p.add_argument("--sft-cache", default=None, help="load the cold-start weights from this file if it exists, "
                    "else train and save them there (the same SFT for several GRPO probes)")
     p.add_argument("--format-weight", type=float, default=0.0, help="weight of rewards.format_reward beside EM")
+    p.add_argument("--eval-every", type=int, default=0, help="also evaluate on validation every this many steps")
+    p.add_argument("--dynamic-sampling", action="store_true")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
     args = p.parse_args()
@@ -90,15 +92,20 @@ def main() -> None:
     row["validation_after_sft"] = ev("sft")
     if args.grpo_steps:
         config = grpo_preset(dict(steps=args.grpo_steps, prompts=args.prompts, group=args.group, lr=args.lr), args.seed,
-                             max_turns=4, max_new_tokens=40)
+                             max_turns=4, max_new_tokens=40, dynamic_sampling=args.dynamic_sampling)
         trainer = GRPOTrainer(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
                               reward_weights=[1.0, args.format_weight])
         t = time.perf_counter()
+        row["validation_during_grpo"] = {}
+        if args.eval_every:
+            for k in range(args.eval_every, args.grpo_steps, args.eval_every):
+                trainer.train(k)
+                row["validation_during_grpo"][k] = ev(f"grpo step {k}")
         history = trainer.train()
         row["grpo"] = {"seconds": time.perf_counter() - t,
                        "history": [{k: h.get(k) for k in ("reward", "frac_reward_zero_std", "tools/call_frequency",
                                                           "completions/clipped_ratio", "step_time", "time/sampling", "time/update", "entropy", "grad_norm",
-                                                          "completions/mean_length")} for h in history]}
+                                                          "completions/mean_length", "sampling/refills")} for h in history]}
         print("grpo", row["grpo"], flush=True)
         row["validation_after_grpo"] = ev("grpo")
     old = read_results("09_probe_validation")
