@@ -459,8 +459,11 @@ def test_skipping_zero_advantage_episodes_keeps_the_gradient(tmp_path):
             ep.model_mask[len(ep.model_mask) - i % 3:] = [0] * (i % 3)
         calls = []
         forward = trainer.model.forward
-        trainer.model.forward = lambda *a, **k: (calls.append(k.get("input_ids", a[0] if a else None).shape[0]),
-                                                 forward(*a, **k))[1]
+        def counted(*a, calls=calls, forward=forward, **k):
+            calls.append(k.get("input_ids", a[0] if a else None).shape[0])
+            return forward(*a, **k)
+
+        trainer.model.forward = counted
         trainer.optimizer.step = lambda: None  # keep the gradient, skip the step
         metrics.append(trainer.update(episodes, advantages))
         grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))
