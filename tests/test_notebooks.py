@@ -268,3 +268,16 @@ def test_nbval_collects_every_code_cell_of_every_lesson() -> None:
     expected = {f"notebooks/{p.name}": sum(c["cell_type"] == "code" for c in json.loads(p.read_text())["cells"])
                 for p in lessons}
     assert {name: items.count(name) for name in expected} == expected
+
+
+def test_a_notebook_over_its_memory_budget_fails_in_smoke_and_is_flagged_otherwise(tmp_path: Path) -> None:
+    from agentrl_lite.course.runner import check_memory
+
+    run = execute_notebook(FIXTURES / "course" / "01_ok.ipynb", tmp_path / "ok.ipynb", "smoke")
+    assert run.status == "ok" and run.peak_rss_mb > 600  # the fixture holds 600 MB in cell 4
+    assert check_memory(run, 64_000, fail=True).status == "ok", "within the budget: nothing changes"
+    flagged = check_memory(run, 200, fail=False)
+    assert flagged.status == "ok" and flagged.over_memory_mb == 200
+    failed = check_memory(run, 200, fail=True)
+    assert failed.status == "failed" and failed.errors[-1].ename == "MemoryBudgetExceeded"
+    assert failed.errors[-1].cell_index == 4, "the error points at the heaviest cell"

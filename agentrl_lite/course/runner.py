@@ -92,6 +92,9 @@ def _ipc_kernel_manager() -> type:
     return IPCKernelManager
 BUDGET_S = {"smoke": 150, "cpu": 20 * 60, "gpu": 30 * 60}
 """Stated wall-clock budget per notebook and profile (the README's profile table); the report flags notebooks above it."""
+MEMORY_BUDGET_MB = {"smoke": 4096, "cpu": 4096}
+"""Peak resident memory a notebook's kernel may use (a student laptop's share); the report flags notebooks above
+it, and in the smoke profile (CI) a notebook above it fails with MemoryBudgetExceeded"""
 PACKAGE_ROOT = Path(agentrl_lite.__file__).resolve().parent.parent
 """The folder holding the `agentrl_lite` package this runner imported; kernels import the same one."""
 
@@ -131,6 +134,8 @@ class NotebookRun:
     peak_rss_mb: float | None = None
     """the most memory the kernel's process tree held at once (resident set, summed over its processes,
     sampled every `_RSS_EVERY_S`); None where it could not be read"""
+    over_memory_mb: float | None = None
+    """the memory budget this run exceeded (`check_memory`), None when within it or unchecked"""
     cell_peak_rss_mb: dict[int, float] = field(default_factory=dict)
     """cell index (as stored) → the most memory the kernel held while that cell ran, from the same samples and
     papermill's cell start and end times"""
@@ -267,7 +272,21 @@ def execute_notebook(
         )
         errors.sort(key=lambda e: e.cell_index)
     return NotebookRun(path, out_path, profile, seconds, errors, executed, round(peak[0], 1) or None,
-                       _cell_peaks(executed, samples))
+                       cell_peak_rss_mb=_cell_peaks(executed, samples))
+
+
+def check_memory(run: NotebookRun, budget_mb: float | None, fail: bool) -> NotebookRun:
+    """Flag a run whose kernel's peak memory exceeded `budget_mb`: with `fail`, as an error on the heaviest cell
+    (the notebook's status becomes failed); otherwise the report's memory column says so. Returns `run`."""
+    if budget_mb is None or not run.peak_rss_mb or run.peak_rss_mb <= budget_mb:
+        return run
+    run.over_memory_mb = budget_mb
+    if fail:
+        cell = run.heaviest_cells(1)[0][0] if run.cell_peak_rss_mb else -1
+        run.errors.append(CellError(cell, "MemoryBudgetExceeded",
+                                    f"peak {run.peak_rss_mb:.0f} MB > {budget_mb:.0f} MB", False, False))
+        run.errors.sort(key=lambda e: e.cell_index)
+    return run
 
 
 def _cell_peaks(nb: nbformat.NotebookNode, samples: list[tuple[float, float]]) -> dict[int, float]:
@@ -357,6 +376,8 @@ def _report(
     for run in runs:
         over = f" (over the {budget} s budget)" if run.seconds > budget else ""
         memory = f"{run.peak_rss_mb:.0f}" if run.peak_rss_mb else "?"
+        if run.over_memory_mb:
+            memory += f" (over the {run.over_memory_mb:.0f} MB budget)"
         lines.append(f"| [{run.path.name}]({run.out_path.name}) | {run.status} | {run.seconds:.1f}{over} | {memory} | "
                      f"{_cell(run.error or '')} |")
     heavy = [run for run in runs if run.cell_peak_rss_mb]
@@ -427,11 +448,8 @@ def run_course(
         progress = tqdm(notebooks, desc=f"course [{profile}]", unit="notebook")
         for notebook in progress:
             progress.set_postfix_str(notebook.name)
-            runs.append(
-                execute_notebook(
-                    notebook, run_dir / notebook.name, profile, timeout_per_cell=2 * BUDGET_S[profile]
-                )
-            )
+            run = execute_notebook(notebook, run_dir / notebook.name, profile, timeout_per_cell=2 * BUDGET_S[profile])
+            runs.append(check_memory(run, MEMORY_BUDGET_MB.get(profile), fail=profile == "smoke"))
     plots = {run.path.stem: extract_plots(run, run_dir / "plots") for run in runs}
     summary = [
         {
