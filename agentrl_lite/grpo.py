@@ -48,7 +48,7 @@ from agentrl_lite.advantages import (
 from agentrl_lite.choices import CREDITS, REPORT_TO, SCALE_REWARDS, check_choice
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
-from agentrl_lite.logprobs import token_logprobs
+from agentrl_lite.logprobs import micro_batches, token_logprobs
 from agentrl_lite.loss import LossConfig, policy_loss, truncated_importance_weights
 from agentrl_lite.models import adamw, sampling_copy
 from agentrl_lite.rewards import RewardFunc, reward_kwargs
@@ -474,22 +474,6 @@ class GRPOTrainer:
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
-
-
-def micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None = None) -> list[list[int]]:
-    """Split episodes 0..n-1, in order, into micro-batches of at most `max_rows` rows and, when `max_tokens` is
-    set, at most `max_tokens` padded tokens (rows × the longest row); an episode longer than `max_tokens` goes
-    alone. `micro_batches([5, 5, 9, 2], 8, 12)` → [[0, 1], [2], [3]]."""
-    if max_rows < 1:
-        raise ValueError(f"micro_batch_size must be at least 1, got {max_rows}")
-    out: list[list[int]] = []
-    for i, n in enumerate(lengths):
-        if out and len(out[-1]) < max_rows and (
-                max_tokens is None or (len(out[-1]) + 1) * max(n, *(lengths[j] for j in out[-1])) <= max_tokens):
-            out[-1].append(i)
-        else:
-            out.append([i])
-    return out
 
 
 def _sampling_metrics(gaps: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:

@@ -99,3 +99,19 @@ def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """`entropy_from_logprobs` of raw logits (..., vocab) → (...), computed in float32."""
     return entropy_from_logprobs(torch.log_softmax(logits.float(), dim=-1))
+
+
+def micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Split episodes 0..n-1, in order, into micro-batches of at most `max_rows` rows and, when `max_tokens` is
+    set, at most `max_tokens` padded tokens (rows × the longest row); an episode longer than `max_tokens` goes
+    alone. `micro_batches([5, 5, 9, 2], 8, 12)` → [[0, 1], [2], [3]]."""
+    if max_rows < 1:
+        raise ValueError(f"micro_batch_size must be at least 1, got {max_rows}")
+    out: list[list[int]] = []
+    for i, n in enumerate(lengths):
+        if out and len(out[-1]) < max_rows and (
+                max_tokens is None or (len(out[-1]) + 1) * max(n, *(lengths[j] for j in out[-1])) <= max_tokens):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.chat import end_of_turn_id, render
-from agentrl_lite.logprobs import token_logprobs
+from agentrl_lite.logprobs import micro_batches, token_logprobs
 from agentrl_lite.models import adamw
 
 
@@ -41,6 +41,9 @@ class SFTConfig:
     """bf16 autocast in the forward/backward pass (weights and optimizer stay fp32); about 1.8x faster on CPU"""
     progress: bool = True
     """show a tqdm bar"""
+    micro_batch_tokens: int | None = None
+    """run each step's batch in passes of at most this many padded tokens (gradient accumulation; the loss and
+    gradient are the batch's): bounds the memory of long conversations. None: the whole batch in one pass"""
 
 
 def tokenize_conversation(
@@ -99,18 +102,26 @@ def sft(
         if len(order) < config.batch_size:  # reshuffle once the epoch is used up
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop(0)] for _ in range(config.batch_size)]
-        width = max(len(ids) for ids, _ in batch)
+        batch.sort(key=lambda example: len(example[0]))  # similar lengths together: less padding, same loss
+        n_labels = max(1, sum(sum(m[1:]) for _, m in batch))
         pad = tokenizer.pad_token_id
-        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch], device=device)
-        attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch], device=device)
-        labels_mask = torch.tensor([m + [0] * (width - len(m)) for _, m in batch], device=device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
-            logprobs = token_logprobs(model, input_ids, attention, labels_mask)
-        loss = -logprobs.sum() / labels_mask[:, 1:].sum()  # mean NLL over the batch's assistant tokens
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        total = 0.0
+        for idx in micro_batches([len(ids) for ids, _ in batch], len(batch), config.micro_batch_tokens):
+            part = [batch[i] for i in idx]
+            if not any(any(m[1:]) for _, m in part):
+                continue  # no assistant token to learn from in this pass
+            width = max(len(ids) for ids, _ in part)
+            input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=device)
+            attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=device)
+            labels_mask = torch.tensor([m + [0] * (width - len(m)) for _, m in part], device=device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
+                logprobs = token_logprobs(model, input_ids, attention, labels_mask)
+            loss = -logprobs.sum() / n_labels  # this pass's share of the mean NLL over the batch's assistant tokens
+            loss.backward()
+            total += loss.item()
         torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(total)
     model.eval()
     return losses

@@ -185,3 +185,19 @@ def test_rollout_episodes_are_void_exactly_when_they_end_without_call_or_answer(
     (cut,) = rollout(model, tokenizer, [env.prompt(TASK)], env.toolbox_for,
                      RolloutConfig(temperature=0, max_new_tokens=5, progress=False), metadata=[TASK])
     assert cut.stop_reason == "max_tokens" and "<tool_call>" in cut.turns[-1].content and cut.has_void_turn
+
+
+def test_sft_in_token_capped_passes_takes_the_same_steps():
+    """SFTConfig.micro_batch_tokens splits a batch into passes; the loss and the update are the batch's."""
+    env = ArithmeticEnv()
+    tasks = arithmetic_tasks(6, seed=7)
+    conversations = [env.prompt(t)[:1] + calculator_demonstration(t) for t in tasks]
+    conversations[1] = conversations[1][:2]  # a shorter one: passes of unequal size
+    results = []
+    for cap in (None, 1):  # 1 token: every conversation alone
+        model, tokenizer = tiny_policy(seed=0)
+        losses = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
+                     SFTConfig(steps=3, batch_size=6, lr=1e-3, progress=False, micro_batch_tokens=cap))
+        results.append((losses, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-4)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-5)
