@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import json
 import linecache
 from pathlib import Path
 
@@ -297,3 +298,25 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
                                                   "run_dir": "20260102T000000Z",
                                                   "command": "make course PROFILE=cpu LESSON=01"}
     assert metrics["over_budget"] == [] and metrics["notebooks"]["00_a.ipynb"]["run_dir"] == "20260101T000000Z"
+
+
+def test_readme_marks_a_lesson_done_only_by_its_written_rule():
+    """README's status rule: ✅ needs no learning claim (00, 02) or a claim measured over ≥3 seeds."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    assert "**Status marks** follow one rule" in readme
+    done = re.findall(r"^\| (\d\d) \| .*\| ✅[^|]*\|$", readme, flags=re.MULTILINE)
+    assert done, "no lesson marked done: the table's format changed?"
+    for lesson in done:
+        if lesson in ("00", "02"):
+            continue
+        from agentrl_lite.course.reproduce import verdict
+
+        seeds_files = list((root / "results").glob(f"{lesson}_*_seeds.json"))
+        own = [json.loads(p.read_text()) for p in (root / "results").glob(f"{lesson}_*.json") if p not in seeds_files]
+        multi = any(len(r.get("metrics", {}).get("seeds", [])) >= 3 for r in own)
+        gain = any(verdict(c) == "gain" for p in seeds_files
+                   for c in json.loads(p.read_text())["metrics"]["comparisons"].values())
+        assert multi or gain, f"lesson {lesson} is marked ✅ without a ≥3-seed result"
