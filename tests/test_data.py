@@ -29,12 +29,18 @@ def test_loads_with_datasets():
 
 
 def test_small_arithmetic_split_is_disjoint_complete_and_right():
+    from agentrl_lite.tasks.arithmetic import commutative_key
+
     train = read_jsonl(DATA_DIR / "small_arithmetic_train.jsonl")
+    validation = read_jsonl(DATA_DIR / "small_arithmetic_validation.jsonl")
     heldout = read_jsonl(DATA_DIR / "small_arithmetic_heldout.jsonl")
-    questions = [t["question"] for t in train + heldout]
+    questions = [t["question"] for t in train + validation + heldout]
     assert len(questions) == len(set(questions)) == 19 * 8 + 11 * 8 + 8 * 8  # every a op b once
-    assert len(heldout) == 76 and not ({t["question"] for t in train} & {t["question"] for t in heldout})
-    for task in train + heldout:
+    assert (len(validation), len(heldout)) == (38, 76)
+    keys = [{commutative_key(t["expression"]) for t in split} for split in (train, validation, heldout)]
+    assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2]), "a commutative twin crosses splits"
+    assert commutative_key("8 + 5") == commutative_key("5 + 8") != commutative_key("13 - 5")
+    for task in train + validation + heldout:
         assert calculator(task["expression"]) == task["answer"], task
 
 

@@ -32,7 +32,7 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     train = arithmetic_tasks(512, seed=1)
     heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
     demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
-    small_train, small_heldout = small_arithmetic_tasks()
+    small_train, small_validation, small_heldout = small_arithmetic_tasks()
     identity_train, identity_heldout = identity_arithmetic_tasks()
     calls_train, calls_heldout, calls_sft = function_calling_splits()
     words_train, words_heldout, words_sft = word_problem_splits()
@@ -49,6 +49,7 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
         "arithmetic_heldout.jsonl": heldout,
         "arithmetic_sft.jsonl": demos,
         "small_arithmetic_train.jsonl": small_train,
+        "small_arithmetic_validation.jsonl": small_validation,
         "small_arithmetic_heldout.jsonl": small_heldout,
         "identity_arithmetic_train.jsonl": identity_train,
         "identity_arithmetic_heldout.jsonl": identity_heldout,

@@ -55,13 +55,18 @@ def arithmetic_tasks(n: int, seed: int, min_ops: int = 1, max_ops: int = 2,
     return tasks
 
 
-def small_arithmetic_tasks() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every one-step sum, difference and product of small numbers, split 3:1 into train and held-out.
+def small_arithmetic_tasks(n_heldout: int = 76, n_validation: int = 38
+                           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every one-step sum, difference and product of small numbers, split into train, validation and held-out.
 
     `a + b` (a 2–20, b 2–9), `a - b` (a 10–20, b 2–9) and `a * b` (a, b 2–9): 304 questions. The raw
     embedded model gets about a quarter of these right when it answers at all; the rest of the time it
     rambles past its token budget or states a wrong number. That spread inside a group of samples is what
     GRPO needs (lesson 04): some siblings are right, some wrong, and nobody has to learn a new format.
+
+    The split is by unordered operand pair: `8 + 5` and `5 + 8` (and `3 * 7`, `7 * 3`) always land in the
+    same split, so no held-out question is a training question with its operands swapped. Validation is for
+    tuning; held-out is read once per reported configuration.
     """
     rows = []
     for op, a_range, b_range in (("+", range(2, 21), range(2, 10)), ("-", range(10, 21), range(2, 10)),
@@ -73,8 +78,26 @@ def small_arithmetic_tasks() -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                              "answer": str(value)})
     random.Random(4).shuffle(rows)
     rows = [{"id": f"small-{i:03d}", **row} for i, row in enumerate(rows)]
-    cut = len(rows) * 3 // 4
-    return rows[:cut], rows[cut:]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:  # in shuffled order, so the groups come in a random order too
+        groups.setdefault(commutative_key(row["expression"]), []).append(row)
+    heldout: list[dict[str, Any]] = []
+    validation: list[dict[str, Any]] = []
+    train: list[dict[str, Any]] = []
+    for group in groups.values():
+        if len(heldout) + len(group) <= n_heldout:
+            heldout += group
+        elif len(validation) + len(group) <= n_validation:
+            validation += group
+        else:
+            train += group
+    return train, validation, heldout
+
+
+def commutative_key(expression: str) -> tuple[str, ...]:
+    """`"8 + 5"` and `"5 + 8"` → the same key; `-` keeps its order."""
+    a, op, b = expression.split()
+    return (op, *sorted((a, b), key=int)) if op in "+*" else (op, a, b)
 
 
 IDENTITY_FORMS = ("{a} * 1", "1 * {a}", "{a} + 0", "0 + {a}", "{a} - 0")
