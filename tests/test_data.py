@@ -1,5 +1,7 @@
 """data/ is reproducible from the generators, and its answers are right."""
 
+import pytest
+
 from agentrl_lite.course.data import build_all, load_dataset
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tools import calculator
@@ -52,3 +54,23 @@ def test_identity_questions_are_distinct_disjoint_and_right():
     for task in train + heldout:
         assert calculator(task["expression"]) == task["answer"], task
         assert task["answer"] in task["expression"].split(), task  # the answer is written in the question
+
+
+@pytest.mark.parametrize("family,others", [
+    ("arithmetic", ("train", "heldout", "sft")),
+    ("small_arithmetic", ("train", "heldout")),
+    ("identity_arithmetic", ("train", "heldout")),
+    ("toolcall", ("train", "heldout", "sft")),
+    ("word_problems", ("train", "heldout", "sft")),
+    ("search", ("train", "heldout")),
+])
+def test_every_rl_task_family_has_a_disjoint_validation_split(family, others):
+    """Tuning probes read `<family>_validation.jsonl`; it shares no question with any other split."""
+    def questions(split):
+        rows = read_jsonl(DATA_DIR / f"{family}_{split}.jsonl")
+        return {r.get("question") or r["messages"][0]["content"] for r in rows}
+
+    validation = questions("validation")
+    assert len(validation) >= 38
+    for split in others:
+        assert not validation & questions(split), f"{family}: validation overlaps {split}"

@@ -15,11 +15,12 @@ from agentrl_lite.tasks.arithmetic import (
     arithmetic_tasks,
     calculator_demonstration,
     identity_arithmetic_tasks,
+    identity_arithmetic_validation,
     small_arithmetic_tasks,
 )
-from agentrl_lite.tasks.function_calls import function_calling_splits
+from agentrl_lite.tasks.function_calls import function_calling_splits, function_calling_validation
 from agentrl_lite.tasks.search import SPLITS, demonstration, encyclopedia, search_questions
-from agentrl_lite.tasks.word_problems import word_problem_splits
+from agentrl_lite.tasks.word_problems import word_problem_splits, word_problem_validation
 from agentrl_lite.tools import SearchIndex
 
 SEARCH_SFT_PER_KIND = {"single_hop": 64, "two_hop": 96, "comparison": 64, "unanswerable": 32}
@@ -47,18 +48,22 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     files = {
         "arithmetic_train.jsonl": train,
         "arithmetic_heldout.jsonl": heldout,
+        "arithmetic_validation.jsonl": arithmetic_tasks(128, seed=5, exclude=[t["question"] for t in train + heldout]),
         "arithmetic_sft.jsonl": demos,
         "small_arithmetic_train.jsonl": small_train,
         "small_arithmetic_validation.jsonl": small_validation,
         "small_arithmetic_heldout.jsonl": small_heldout,
         "identity_arithmetic_train.jsonl": identity_train,
         "identity_arithmetic_heldout.jsonl": identity_heldout,
+        "identity_arithmetic_validation.jsonl": identity_arithmetic_validation(),
         "toolcall_train.jsonl": calls_train,
         "toolcall_heldout.jsonl": calls_heldout,
         "toolcall_sft.jsonl": calls_sft,
+        "toolcall_validation.jsonl": function_calling_validation(),
         "word_problems_train.jsonl": words_train,
         "word_problems_heldout.jsonl": words_heldout,
         "word_problems_sft.jsonl": words_sft,
+        "word_problems_validation.jsonl": word_problem_validation(),
         "search_corpus.jsonl": world.documents,
         **{f"search_{split}.jsonl": [q for q in questions if q["split"] == split] for split in SPLITS},
         "search_sft.jsonl": search_sft,

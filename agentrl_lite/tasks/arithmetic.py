@@ -125,6 +125,14 @@ def identity_arithmetic_tasks(n_train: int = 256, n_heldout: int = 64,
     return rows[:n_train], rows[n_train:]
 
 
+def identity_arithmetic_validation(n: int = 64, n_train: int = 256, n_heldout: int = 64,
+                                   seed: int = 7) -> list[dict[str, Any]]:
+    """`n` more identity questions for tuning (lesson 07's validation split): the generator's stream continued
+    past the train and held-out questions of `identity_arithmetic_tasks`, so all three are distinct."""
+    _, rest = identity_arithmetic_tasks(n_train, n_heldout + n, seed)
+    return rest[n_heldout:]
+
+
 def calculator_demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     """A correct tool-use conversation for one task (without the system prompt): call, result, answer.
 

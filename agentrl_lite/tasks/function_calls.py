@@ -301,6 +301,13 @@ def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]
     return train, heldout, demos
 
 
+def function_calling_validation(n: int = 120) -> list[dict[str, Any]]:
+    """Tasks for tuning (lesson 05): the categories of the RL tasks, disjoint from `function_calling_splits`."""
+    train, heldout, demos = function_calling_splits()
+    seen = {t["question"] for t in train + heldout + demos}
+    return function_calling_tasks(n, seed=24, exclude=seen, prefix="fc-validation")
+
+
 # --- the environment -------------------------------------------------------------------------------------
 
 

@@ -135,6 +135,13 @@ def word_problem_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], l
     return train, heldout, demos
 
 
+def word_problem_validation(n: int = 64) -> list[dict[str, Any]]:
+    """Problems for tuning (lessons 06 and 08): all templates, disjoint from `word_problem_splits`' three."""
+    train, heldout, demos = word_problem_splits()
+    seen = {t["question"] for t in train + heldout + demos}
+    return word_problem_tasks(n, seed=34, exclude=seen, prefix="wp-validation")
+
+
 def plan_step_rewards(episode: Episode, weight: float = 0.25) -> list[float]:
     """A process reward for lesson 08: one reward per model turn of a word-problem episode.
 
