@@ -53,6 +53,14 @@ class Reproducible:
 
 
 LESSONS: dict[str, Reproducible] = {
+    "04": Reproducible(
+        notebook="04_grpo_on_an_llm.ipynb", results="04_grpo_on_an_llm", items="heldout",
+        comparisons=(("GRPO (dapo)", "start"), ("TRL GRPO (dapo)", "start"), ("GRPO (dapo)", "TRL GRPO (dapo)"),
+                     ("GRPO (grpo)", "GRPO (dapo)"), ("GRPO (dr_grpo)", "GRPO (dapo)")),
+        scalars=("notebook_seconds", "heldout.start.truncated", "heldout.GRPO (dapo).truncated",
+                 "heldout.start.accuracy_when_finished", "heldout.GRPO (dapo).accuracy_when_finished",
+                 "heldout.start.mean_length", "heldout.GRPO (dapo).mean_length"),
+    ),
     "09": Reproducible(
         notebook="09_agentic_search.ipynb", results="09_agentic_search", items="heldout",
         comparisons=(("SFT + GRPO", "SFT agent"), ("SFT + GRPO", "closed-book"), ("SFT + GRPO", "one-shot RAG"),
