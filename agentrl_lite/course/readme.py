@@ -113,6 +113,27 @@ def render_lesson_headlines(results_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def render_seed_studies(results_dir: Path) -> str:
+    """Every committed multi-seed study (`make reproduce`): each claim's difference per seed, its intervals over
+    seeds and over items, and the verdict of the course's rule (`reproduce.verdict`)."""
+    from agentrl_lite.course.reproduce import comparison_rows
+
+    paths = [p for p in sorted(results_dir.glob("*_seeds.json"))  # written by `reproduce` (not the older probes)
+             if "comparisons" in json.loads(p.read_text())["metrics"]]
+    if not paths:
+        return "No multi-seed study is committed yet."
+    lines = ["| lesson | claim (held-out accuracy) | difference per seed | mean over seeds [95% t] | "
+             "over items [95% paired bootstrap] | verdict | run |", "|---|---|---|---|---|---|---|"]
+    for path in paths:
+        record = json.loads(path.read_text())
+        seeds = ", ".join(map(str, record["metrics"]["seeds"]))
+        for row in comparison_rows(record["metrics"]):
+            lines.append(f"| {path.name[:2]} | {row['comparison']} | {row['difference per seed']} | "
+                         f"{row['mean over seeds [95% t]']} | {row['over items [95% paired bootstrap]']} | "
+                         f"{row['verdict']} | seeds {seeds}, {record['date'][:10]}, `results/{path.name}` |")
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[dict], str]] = {
     "bench_grpo_step": render_bench_grpo_step,
     "course_cpu": render_course_cpu,
@@ -132,11 +153,12 @@ def render_readme(readme: str, results_dir: Path = REPO_ROOT / "results") -> str
         _, tail = rest.split(end, 1)
         results = json.loads((results_dir / f"{name}.json").read_text())
         readme = f"{head}{start}\n{render(results)}\n{end}{tail}"
-    start, end = "<!-- lesson_headlines:start -->", "<!-- lesson_headlines:end -->"
-    if start in readme:
-        head, rest = readme.split(start, 1)
-        _, tail = rest.split(end, 1)
-        readme = f"{head}{start}\n{render_lesson_headlines(results_dir)}\n{end}{tail}"
+    for name, render_dir in (("lesson_headlines", render_lesson_headlines), ("seed_studies", render_seed_studies)):
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start in readme:
+            head, rest = readme.split(start, 1)
+            _, tail = rest.split(end, 1)
+            readme = f"{head}{start}\n{render_dir(results_dir)}\n{end}{tail}"
     return readme
 
 
