@@ -472,6 +472,13 @@ def run_course(
     return run_dir
 
 
+def _run_name(run_dir: str | Path) -> str:
+    """A run folder as the README names it under runs/: `<timestamp>`, or `<timestamp>/seed_<n>` for one seed of
+    a `reproduce` run."""
+    path = Path(run_dir).resolve()
+    return f"{path.parent.name}/{path.name}" if path.name.startswith("seed_") else path.name
+
+
 def record_course_run(*run_dirs: str | Path) -> Path:
     """Write `results/course_<profile>.json` from whole-course run folders: every notebook's status and wall
     time against its budget, and the total (the README's runtime table reads it; smoke runs go to
@@ -489,7 +496,7 @@ def record_course_run(*run_dirs: str | Path) -> Path:
     for run_dir, summary in zip(run_dirs, summaries, strict=True):
         for e in summary["notebooks"]:
             notebooks[e["notebook"]] = {"status": e["status"], "seconds": e["seconds"],
-                                        "peak_rss_mb": e.get("peak_rss_mb"), "run_dir": Path(run_dir).name,
+                                        "peak_rss_mb": e.get("peak_rss_mb"), "run_dir": _run_name(run_dir),
                                         "command": summary["command"]}
     notebooks = dict(sorted(notebooks.items()))
     metrics = {
