@@ -36,10 +36,10 @@ reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 
 		$(BIN)/agentrl-lite reproduce $(LESSON) --profile $(PROFILE) --seeds $(SEEDS)
 
 test: setup  ## unit tests + every notebook, solution and exercise in the smoke profile
-	$(BIN)/python -m pytest -q --durations=0 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=0 --basetemp=.pytest_tmp $(PYTEST_ARGS)  # temporary files stay in the project, not /tmp
 
 unit: setup  ## unit tests only (no notebooks)
-	$(BIN)/python -m pytest -q --ignore=tests/test_notebooks.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --ignore=tests/test_notebooks.py --basetemp=.pytest_tmp $(PYTEST_ARGS)
 
 nbval: setup  ## every lesson under nbval (pytest --nbval-lax: each cell must run; outputs are not compared), smoke profile
 	AGENTRL_PROFILE=smoke $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-kernel-name python3 \
@@ -61,4 +61,4 @@ lint: setup
 	$(BIN)/ruff check agentrl_lite tests
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache .pytest_tmp

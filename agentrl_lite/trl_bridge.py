@@ -41,6 +41,8 @@ from agentrl_lite.tools import Toolbox
 # TRL 1.16 reads `model.is_gradient_checkpointing`, which transformers 5.23 deprecates with a FutureWarning at every
 # training step (dozens per notebook). The call is TRL's, not ours, and harmless: keep it out of the learner's way.
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+# Likewise TRL's config sets `gradient_checkpointing`, which transformers 5.23 renames (a FutureWarning per config).
+warnings.filterwarnings("ignore", message="`gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 class _QuietProgress(ProgressCallback):
