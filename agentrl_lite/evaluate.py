@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
-from agentrl_lite.models import sampling_copy
+from agentrl_lite.models import release_memory, sampling_copy
 from agentrl_lite.rewards import tool_productivity
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -174,4 +174,5 @@ def evaluate(
     scores = [env.score(task, ep) for task, ep in zip(tasks, episodes, strict=True)]
     for ep, score in zip(episodes, scores, strict=True):
         ep.metadata["score"] = score
+    release_memory()  # the KV caches of the rollout are gone: hand their pages back
     return EvalReport(labels=[task_label(t, label_key) for t in tasks], scores=scores, episodes=episodes)

@@ -48,9 +48,9 @@ from agentrl_lite.advantages import (
 from agentrl_lite.choices import CREDITS, REPORT_TO, SCALE_REWARDS, check_choice
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
-from agentrl_lite.logprobs import micro_batches, token_logprobs
+from agentrl_lite.logprobs import micro_batches, shared_with_previous, token_logprobs
 from agentrl_lite.loss import LossConfig, policy_loss, truncated_importance_weights
-from agentrl_lite.models import adamw, sampling_copy
+from agentrl_lite.models import adamw, large_tensors_mapped, release_memory, sampling_copy
 from agentrl_lite.rewards import RewardFunc, reward_kwargs
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -116,9 +116,10 @@ class GRPOConfig:
     micro_batch_size: int = 8
     """at most this many episodes per forward/backward pass (gradient accumulation over the batch)"""
     micro_batch_tokens: int | None = None
-    """also at most this many tokens (rows × the longest row) per forward/backward pass: the loss pass's
-    memory grows with tokens, so long multi-turn episodes go in smaller micro-batches. Consecutive episodes stay
-    together (a group shares its prompt prefix); the gradient is the same either way. None: no token cap"""
+    """also at most this many tokens per forward/backward pass (`logprobs.pass_tokens`: rows × the longest row,
+    a prompt the rows share counted once): the loss pass's activations take about 1 MB per token for SmolLM2-135M
+    in bf16 autocast, so this bounds its memory. Consecutive episodes stay together (a group shares its prompt
+    prefix); the gradient is the same either way. None: no token cap"""
     bf16_loss: bool = False
     """bf16 autocast in the loss pass (1.8x faster on this CPU)"""
     sampler_dtype: str | None = None
@@ -253,7 +254,8 @@ class GRPOTrainer:
                 rewards = rewards.view(-1, g)[keep_groups].reshape(-1)
         advantages, credit_metrics = self.advantages(episodes, rewards)
         sampled = time.perf_counter()
-        loss_metrics = self.update(episodes, advantages)
+        with large_tensors_mapped():  # the loss pass's activations: returned whole when freed (models)
+            loss_metrics = self.update(episodes, advantages)
         self.step_count += 1
         self.last_episodes = episodes
         n_tokens = [ep.num_model_tokens for ep in episodes]
@@ -282,6 +284,7 @@ class GRPOTrainer:
                 f.write(json.dumps(row) + "\n")
         if c.report_to:
             self.report(row)
+        release_memory()  # this step's episodes, KV caches and activations are gone: hand their pages back
         return row
 
     def report(self, row: dict[str, float]) -> None:
@@ -348,8 +351,10 @@ class GRPOTrainer:
         order = list(range(len(episodes)))
         if c.skip_zero_advantage and c.loss.beta == 0:  # no KL term: a zero-advantage episode has zero gradient
             order = [i for i in order if bool((advantages[i] != 0).any())]
+        shared = shared_with_previous([episodes[i].token_ids for i in order], [masks[i] for i in order]) \
+            if c.micro_batch_tokens else None
         chunks = [[order[j] for j in chunk] for chunk in micro_batches(
-            [len(episodes[i].token_ids) for i in order], c.micro_batch_size, c.micro_batch_tokens)]
+            [len(episodes[i].token_ids) for i in order], c.micro_batch_size, c.micro_batch_tokens, shared)]
         trained_tokens = max(1, sum(sum(masks[i]) for i in order))
         for iteration in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
@@ -398,6 +403,7 @@ class GRPOTrainer:
                 continue
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)
             self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)  # gradients are 540 MB for SmolLM2: not kept while sampling
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm.item() / c.num_iterations
         self._sync_sampler()  # the next rollout samples from the updated policy
         self.model.eval()

@@ -101,16 +101,47 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return entropy_from_logprobs(torch.log_softmax(logits.float(), dim=-1))
 
 
-def micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None = None) -> list[list[int]]:
-    """Split episodes 0..n-1, in order, into micro-batches of at most `max_rows` rows and, when `max_tokens` is
-    set, at most `max_tokens` padded tokens (rows × the longest row); an episode longer than `max_tokens` goes
-    alone. `micro_batches([5, 5, 9, 2], 8, 12)` → [[0, 1], [2], [3]]."""
+def shared_with_previous(rows: list[list[int]], masks: list[list[int]]) -> list[int]:
+    """For each row, how many leading tokens it shares with the row before it (0 for the first), never reaching
+    past either row's first scored token (a shared prefix holds no scored token; see `shared_prefix_length`)."""
+    out = [0]
+    for (a, ma), (b, mb) in zip(zip(rows, masks), zip(rows[1:], masks[1:])):
+        limit = min(_first_one(ma, len(a)), _first_one(mb, len(b)))
+        n = 0
+        while n < limit and a[n] == b[n]:
+            n += 1
+        out.append(n)
+    return out
+
+
+def _first_one(mask: list[int], default: int) -> int:
+    return next((i for i, m in enumerate(mask) if m), default)
+
+
+def pass_tokens(lengths: list[int], shared: list[int] | None = None) -> int:
+    """The tokens one pass of `token_logprobs` runs for rows of these lengths (the memory its activations take):
+    rows × the longest row, or, when the rows share a prefix that `share_prefix` runs once (shared[i]: tokens row
+    i shares with row i − 1), that prefix once plus every row's padded rest."""
+    width = max(lengths)
+    prefix = min(shared[1:len(lengths)], default=0) if shared is not None and len(lengths) > 1 else 0
+    if prefix < PREFIX_MIN_TOKENS:
+        return len(lengths) * width
+    return prefix + len(lengths) * (width - prefix)
+
+
+def micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None = None,
+                  shared: list[int] | None = None) -> list[list[int]]:
+    """Split rows 0..n-1, in order, into micro-batches of at most `max_rows` rows and, when `max_tokens` is set,
+    at most `max_tokens` tokens per pass (`pass_tokens`: rows × the longest row, a prefix the rows share counted
+    once when `shared` says how many tokens each row shares with the one before); a row longer than `max_tokens`
+    goes alone. `micro_batches([5, 5, 9, 2], 8, 12)` → [[0, 1], [2], [3]]."""
     if max_rows < 1:
         raise ValueError(f"micro_batch_size must be at least 1, got {max_rows}")
     out: list[list[int]] = []
-    for i, n in enumerate(lengths):
-        if out and len(out[-1]) < max_rows and (
-                max_tokens is None or (len(out[-1]) + 1) * max(n, *(lengths[j] for j in out[-1])) <= max_tokens):
+    for i in range(len(lengths)):
+        if out and len(out[-1]) < max_rows and (max_tokens is None or pass_tokens(
+                [lengths[j] for j in out[-1]] + [lengths[i]],
+                None if shared is None else [0] + [shared[j] for j in out[-1][1:]] + [shared[i]]) <= max_tokens):
             out[-1].append(i)
         else:
             out.append([i])

@@ -17,8 +17,8 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.chat import end_of_turn_id, render
-from agentrl_lite.logprobs import micro_batches, token_logprobs
-from agentrl_lite.models import adamw
+from agentrl_lite.logprobs import micro_batches, shared_with_previous, token_logprobs
+from agentrl_lite.models import adamw, large_tensors_mapped, release_memory
 
 
 @dataclass
@@ -41,9 +41,11 @@ class SFTConfig:
     """bf16 autocast in the forward/backward pass (weights and optimizer stay fp32); about 1.8x faster on CPU"""
     progress: bool = True
     """show a tqdm bar"""
-    micro_batch_tokens: int | None = None
-    """run each step's batch in passes of at most this many padded tokens (gradient accumulation; the loss and
-    gradient are the batch's): bounds the memory of long conversations. None: the whole batch in one pass"""
+    micro_batch_tokens: int | None = 1024
+    """run each step's batch in passes of at most this many tokens (`logprobs.pass_tokens`: a prefix the rows
+    share counted once; gradient accumulation, so the loss and gradient are the batch's): the pass's activations
+    take about 1 MB per token for SmolLM2-135M, so this bounds the memory of long conversations. None: the whole
+    batch in one pass"""
 
 
 def tokenize_conversation(
@@ -98,30 +100,35 @@ def sft(
     optimizer = adamw(params, lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     losses = []
-    for _ in tqdm(range(config.steps), desc="SFT", disable=not config.progress):
-        if len(order) < config.batch_size:  # reshuffle once the epoch is used up
-            order += rng.sample(range(len(examples)), len(examples))
-        batch = [examples[order.pop(0)] for _ in range(config.batch_size)]
-        batch.sort(key=lambda example: len(example[0]))  # similar lengths together: less padding, same loss
-        n_labels = max(1, sum(sum(m[1:]) for _, m in batch))
-        pad = tokenizer.pad_token_id
-        optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        for idx in micro_batches([len(ids) for ids, _ in batch], len(batch), config.micro_batch_tokens):
-            part = [batch[i] for i in idx]
-            if not any(any(m[1:]) for _, m in part):
-                continue  # no assistant token to learn from in this pass
-            width = max(len(ids) for ids, _ in part)
-            input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=device)
-            attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=device)
-            labels_mask = torch.tensor([m + [0] * (width - len(m)) for _, m in part], device=device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
-                logprobs = token_logprobs(model, input_ids, attention, labels_mask)
-            loss = -logprobs.sum() / n_labels  # this pass's share of the mean NLL over the batch's assistant tokens
-            loss.backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-        optimizer.step()
-        losses.append(total)
+    with large_tensors_mapped():  # activations of changing sizes: returned whole, not left as heap holes
+        for _ in tqdm(range(config.steps), desc="SFT", disable=not config.progress):
+            if len(order) < config.batch_size:  # reshuffle once the epoch is used up
+                order += rng.sample(range(len(examples)), len(examples))
+            batch = [examples[order.pop(0)] for _ in range(config.batch_size)]
+            batch.sort(key=lambda example: len(example[0]))  # similar lengths together: less padding, same loss
+            n_labels = max(1, sum(sum(m[1:]) for _, m in batch))
+            pad = tokenizer.pad_token_id
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            shared = shared_with_previous([ids for ids, _ in batch], [m for _, m in batch])
+            for idx in micro_batches([len(ids) for ids, _ in batch], len(batch), config.micro_batch_tokens, shared):
+                part = [batch[i] for i in idx]
+                if not any(any(m[1:]) for _, m in part):
+                    continue  # no assistant token to learn from in this pass
+                width = max(len(ids) for ids, _ in part)
+                input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=device)
+                attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=device)
+                labels_mask = torch.tensor([m + [0] * (width - len(m)) for _, m in part], device=device)
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
+                    logprobs = token_logprobs(model, input_ids, attention, labels_mask)
+                loss = -logprobs.sum() / n_labels  # this pass's share of the mean NLL over the batch's assistant tokens
+                loss.backward()
+                total += loss.item()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
+            losses.append(total)
     model.eval()
+    optimizer.zero_grad(set_to_none=True)  # the last step's gradients and AdamW's two moments (together three
+    del optimizer                          # times the model's size): free them before the next phase starts
+    release_memory()
     return losses

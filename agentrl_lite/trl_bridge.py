@@ -31,11 +31,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
 from agentrl_lite.chat import ToolCall
 from agentrl_lite.env import Environment
 from agentrl_lite.grpo import GRPOConfig
+from agentrl_lite.models import release_memory
 from agentrl_lite.tools import Toolbox
 
 # TRL 1.16 reads `model.is_gradient_checkpointing`, which transformers 5.23 deprecates with a FutureWarning at every
@@ -50,6 +51,18 @@ class _QuietProgress(ProgressCallback):
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
         return None
+
+
+class _ReleaseMemory(TrainerCallback):
+    """Hand freed pages back to the operating system after every step and at the end (`models.release_memory`),
+    as our trainer does, so both trainers are measured the same way."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        release_memory()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        release_memory()
+
 
 _SAME_NAME = ("num_iterations", "scale_rewards", "mask_truncated_completions", "weight_decay", "max_grad_norm",
               "seed")
@@ -301,7 +314,7 @@ def trl_trainer(
     args = trl_config(config, output_dir, **overrides)
     trainer = TRLGRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args,
                              train_dataset=trl_dataset(env, tasks), processing_class=tokenizer,
-                             callbacks=list(callbacks), **tool_kwargs)
+                             callbacks=[_ReleaseMemory(), *callbacks], **tool_kwargs)
     if config.progress:  # keep TRL's progress bar, without a printed dict per step (use trl_history)
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(_QuietProgress)

@@ -9,7 +9,7 @@ from agentrl_lite import grpo
 from agentrl_lite.advantages import group_advantages, step_group_ids, turn_reward_table
 from agentrl_lite.episode import Episode, Turn
 from agentrl_lite.grpo import GRPOConfig, GRPOTrainer, micro_batches
-from agentrl_lite.logprobs import token_logprobs
+from agentrl_lite.logprobs import pass_tokens, shared_with_previous, token_logprobs
 from agentrl_lite.loss import LossConfig
 from agentrl_lite.models import tiny_policy
 from agentrl_lite.rewards import completion_text, final_number_reward, reward_kwargs
@@ -426,6 +426,24 @@ def test_micro_batches_respect_rows_and_tokens():
         micro_batches([1], 0)
 
 
+def test_a_shared_prompt_is_counted_once_in_the_token_budget():
+    rows = [[1] * 20 + [2, 3], [1] * 20 + [4], [1] * 20 + [5, 6, 7], [9] * 20]
+    masks = [[0] * 20 + [1] * (len(r) - 20) for r in rows]
+    shared = shared_with_previous(rows, masks)
+    assert shared == [0, 20, 20, 0]  # never past a scored token; the last row shares nothing
+    assert pass_tokens([22, 21, 23], shared[:3]) == 20 + 3 * 3  # the prefix once, then three padded tails
+    assert pass_tokens([22, 21], [0, 8]) == 2 * 22  # a prefix too short to be run apart counts per row
+    assert micro_batches([22, 21, 23, 20], 8, 30, shared) == [[0, 1, 2], [3]]
+    assert micro_batches([22, 21, 23, 20], 8, 30) == [[0], [1], [2], [3]]  # without `shared`: rows × width
+    rows[1][3] = 7  # a difference inside the prompt ends the shared prefix there
+    assert shared_with_previous(rows, masks)[1] == 3
+
+
+def gradient(trainer: GRPOTrainer) -> torch.Tensor:
+    """The trainer's accumulated gradient, flattened (read where its optimizer would step)."""
+    return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
 def test_a_token_budget_changes_the_micro_batches_not_the_gradient(tmp_path, loss_type):
     grads = []
@@ -439,10 +457,10 @@ def test_a_token_budget_changes_the_micro_batches_not_the_gradient(tmp_path, los
         for i, ep in enumerate(episodes):  # unequal token counts, so a wrong per-micro-batch weight shows
             ep.model_mask[len(ep.model_mask) - i % 4:] = [0] * (i % 4)
         if budget:
-            assert len(micro_batches([len(e.token_ids) for e in episodes], 8, budget)) > 1
-        trainer.optimizer.step = lambda: None  # keep the gradient, skip the step
+            shared = shared_with_previous([e.token_ids for e in episodes], [e.model_mask for e in episodes])
+            assert len(micro_batches([len(e.token_ids) for e in episodes], 8, budget, shared)) > 1
+        trainer.optimizer.step = lambda: grads.append(gradient(trainer))  # read the gradient, skip the step
         trainer.update(episodes, advantages)
-        grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))
     assert (grads[0] - grads[1]).norm() <= 1e-4 * grads[0].norm(), (grads[0] - grads[1]).norm() / grads[0].norm()
 
 
@@ -464,9 +482,8 @@ def test_skipping_zero_advantage_episodes_keeps_the_gradient(tmp_path):
             return forward(*a, **k)
 
         trainer.model.forward = counted
-        trainer.optimizer.step = lambda: None  # keep the gradient, skip the step
+        trainer.optimizer.step = lambda: grads.append(gradient(trainer))  # read the gradient, skip the step
         metrics.append(trainer.update(episodes, advantages))
-        grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))
         if skip:
             assert sum(calls) <= 4 + 2, "the zero-advantage group must not be run (4 rows, plus shared prefixes)"
     assert (grads[0] - grads[1]).norm() <= 1e-4 * grads[0].norm()

@@ -74,3 +74,46 @@ def test_adamw_is_fused_on_cpu_and_steps_like_the_plain_loop():
         results.append([p.detach().clone() for p in params])
     assert adamw(list(tiny_policy(seed=0)[0].parameters()), 1e-3).defaults["fused"]
     assert max((a - b).abs().max().item() for a, b in zip(*results, strict=True)) < 1e-5
+
+
+def test_stashed_weights_restore_exactly_and_their_file_goes_with_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(models.tempfile, "tempdir", str(tmp_path))  # the stash's file lands here
+    model, _ = tiny_policy(seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    stash = models.stash_weights(model)
+    assert list(tmp_path.iterdir()) == [stash.path]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    stash.restore(model)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    stash.delete()
+    assert not list(tmp_path.iterdir())
+    models.stash_weights(model)  # dropped at once: garbage collection removes its file
+    assert not list(tmp_path.iterdir())
+
+
+def test_training_loops_let_go_of_gradients_and_optimizer_state():
+    """Between phases no gradient is held: SFT's last one and a GRPO step's are freed (540 MB each for
+    SmolLM2-135M), so sampling and the next phase do not carry them."""
+    from agentrl_lite.course.presets import grpo_preset
+    from agentrl_lite.grpo import GRPOTrainer
+    from agentrl_lite.sft import SFTConfig, sft
+    from agentrl_lite.tasks.arithmetic import ArithmeticEnv, arithmetic_tasks, calculator_demonstration
+
+    model, tokenizer = tiny_policy(seed=0)
+    env = ArithmeticEnv()
+    tasks = arithmetic_tasks(4, seed=1)
+    sft(model, tokenizer, [env.prompt(t)[:1] + calculator_demonstration(t) for t in tasks],
+        env.toolbox_for().schemas, SFTConfig(steps=1, batch_size=4, progress=False))
+    assert all(p.grad is None for p in model.parameters())
+    config = grpo_preset({"steps": 1, "prompts": 2, "group": 2, "lr": 1e-3}, 0, max_turns=1, max_new_tokens=8,
+                         skip_empty_updates=False, skip_zero_advantage=False, sampler_dtype=None)
+    trainer = GRPOTrainer(model, tokenizer, env, tasks, [lambda completions, **_: [float(i % 2) for i in
+                                                                                   range(len(completions))]], config)
+    stepped = []
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda: stepped.append(step())
+    trainer.train()
+    assert stepped, "the step must reach the optimizer for this test to mean anything"
+    assert all(p.grad is None for p in model.parameters())

@@ -33,7 +33,8 @@ def grpo_preset(budget: dict[str, Any], seed: int, *, max_turns: int, max_new_to
     overrides: any other `GRPOConfig` field, e.g. `loss=LossConfig(beta=0.2)`, `credit="discounted"`, `steps=3`.
     """
     config = GRPOConfig(steps=budget["steps"], prompts_per_step=budget["prompts"], group_size=budget["group"],
-                        lr=budget["lr"], bf16_loss=True, micro_batch_size=8, seed=seed, skip_empty_updates=True,
+                        lr=budget["lr"], bf16_loss=True, micro_batch_size=8, micro_batch_tokens=1024, seed=seed,
+                        skip_empty_updates=True,
                         skip_zero_advantage=True,
                         sampler_dtype="auto",
                         rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=1.0,
