@@ -320,3 +320,14 @@ def test_readme_marks_a_lesson_done_only_by_its_written_rule():
         gain = any(verdict(c) == "gain" for p in seeds_files
                    for c in json.loads(p.read_text())["metrics"].get("comparisons", {}).values())
         assert multi or gain, f"lesson {lesson} is marked ✅ without a ≥3-seed result"
+
+
+def test_the_readme_states_the_ram_lessons_need_from_measured_peaks():
+    from agentrl_lite.course.readme import memory_statement
+
+    text = memory_statement({"04_a.ipynb": {"peak_rss_mb": 3900.0}, "05_b.ipynb": {"peak_rss_mb": 4300.0},
+                             "06_c.ipynb": {"peak_rss_mb": None}})
+    assert "budget of 4 GB" in text and "8 GB of RAM" in text
+    assert "heaviest is 05_b at 4.2 GB" in text and "over the budget: 05_b." in text
+    assert "Not measured yet: 06_c." in text
+    assert "none is over the budget" in memory_statement({"04_a.ipynb": {"peak_rss_mb": 3900.0}})

@@ -72,7 +72,26 @@ def render_course_cpu(results: dict) -> str:
         lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min | {ok} | {memory} | "
                      f"`runs/{n['run_dir']}` |")
     lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min** | | | |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", memory_statement(m["notebooks"])])
+
+
+def memory_statement(notebooks: dict[str, dict]) -> str:
+    """What RAM the lessons need, from the measured peaks of their kernels against the course's budget."""
+    from agentrl_lite.course.runner import MEMORY_BUDGET_MB
+
+    budget = MEMORY_BUDGET_MB["cpu"]
+    measured = {name.removesuffix(".ipynb"): n["peak_rss_mb"] for name, n in notebooks.items() if n.get("peak_rss_mb")}
+    unmeasured = [name.removesuffix(".ipynb") for name, n in notebooks.items() if not n.get("peak_rss_mb")]
+    text = (f"**Memory.** A lesson's kernel has a budget of {budget / 1024:.0f} GB (a smoke run fails a notebook "
+            "above it, a cpu run flags it in its report), so plan for a machine with 8 GB of RAM.")
+    if measured:
+        heaviest = max(measured, key=measured.get)
+        over = [name for name, mb in measured.items() if mb > budget]
+        text += (f" Measured in the cpu profile: the heaviest is {heaviest} at {measured[heaviest] / 1024:.1f} GB; "
+                 + (f"over the budget: {', '.join(over)}." if over else "none is over the budget."))
+    if unmeasured:
+        text += f" Not measured yet: {', '.join(unmeasured)}."
+    return text
 
 
 HEADLINES: dict[str, tuple[str, list[tuple[str, str]]]] = {
