@@ -56,12 +56,15 @@ def _group_baseline_and_scale(
         shape = tuple(rewards.shape)
         raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {shape}")
     groups = rewards.view(-1, group_size)
-    baseline = torch.nanmean(groups, dim=1).repeat_interleave(group_size)  # what a typical sibling scored
+    flat = _flat_groups(groups)
+    # what a typical sibling scored; a group of equal rewards is its own baseline exactly (a float mean of eight
+    # 0.7s is 0.7 - 6e-8, and 6e-8 / eps would be an advantage of pure rounding noise)
+    baseline = torch.where(flat, _first_scorable(groups), torch.nanmean(groups, dim=1)).repeat_interleave(group_size)
     check_choice("scale_rewards", scale_rewards, SCALE_REWARDS)
     if scale_rewards == "none":
         return baseline, None
     if scale_rewards == "group":
-        std = _nanstd(groups, dim=1).repeat_interleave(group_size)
+        std = torch.where(flat, 0.0, _nanstd(groups, dim=1)).repeat_interleave(group_size)
     else:  # batch
         std = _nanstd(rewards).expand_as(rewards)
     return baseline, torch.nan_to_num(std, nan=0.0) + eps  # a single scorable value has no spread
@@ -88,12 +91,26 @@ def group_advantages(rewards: Tensor, group_size: int, scale_rewards: str = "gro
     return torch.nan_to_num(centred if scale is None else centred / scale, nan=0.0)
 
 
+def _flat_groups(groups: Tensor) -> Tensor:
+    """(groups,) bool — True where at least two rewards are scorable and all scorable rewards are equal."""
+    scorable = ~torch.isnan(groups)
+    high = torch.where(scorable, groups, -math.inf).amax(dim=1)
+    low = torch.where(scorable, groups, math.inf).amin(dim=1)
+    return (scorable.sum(dim=1) > 1) & (high == low)
+
+
+def _first_scorable(groups: Tensor) -> Tensor:
+    """(groups,) the first non-NaN reward of each group (NaN when none)."""
+    index = (~torch.isnan(groups)).float().argmax(dim=1, keepdim=True)
+    return groups.gather(1, index).squeeze(1)
+
+
 def zero_std_groups(rewards: Tensor, group_size: int) -> Tensor:
     """(groups,) bool — True for a group whose rewards are all equal: every advantage in it is 0, so it
     contributes no policy gradient. A group with fewer than two scorable (non-NaN) rewards has no std and is
-    not counted as one, as in TRL."""
-    std = _nanstd(rewards.view(-1, group_size), dim=1)
-    return torch.isclose(std, torch.zeros_like(std))
+    not counted as one, as in TRL. Equal means equal: a std computed from a float mean is 6e-8 for eight
+    rewards of 0.7, which `isclose` would call spread (the trainer then stepped AdamW on rounding noise)."""
+    return _flat_groups(rewards.view(-1, group_size))
 
 
 def frac_reward_zero_std(rewards: Tensor, group_size: int) -> float:

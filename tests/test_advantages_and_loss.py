@@ -21,6 +21,7 @@ from agentrl_lite.advantages import (
     rloo_advantages,
     step_group_advantages,
     turn_token_advantages,
+    zero_std_groups,
 )
 from agentrl_lite.logprobs import entropy_from_logits
 from agentrl_lite.loss import LossConfig, kl_estimate, policy_loss
@@ -367,3 +368,19 @@ def test_importance_weights_make_a_mismatched_samplers_gradient_the_on_policy_on
     grad_plain = -torch.autograd.grad(plain, theta)[0]
     assert torch.allclose(grad_corrected, exact, atol=0.01), (grad_corrected, exact)
     assert (grad_plain - exact).abs().max() > 0.03  # the uncorrected gradient is biased
+
+
+def test_a_group_of_equal_non_binary_rewards_has_no_spread_and_no_advantage():
+    """Eight rewards of 0.7 have a float mean of 0.7 - 6e-8; divided by std + eps that was an advantage of 6e-4
+    with a consistent sign — pure rounding noise that AdamW (which normalises the gradient's scale) turned into
+    a full-size step. Equal rewards must give exactly zero, and count as a group without spread."""
+    rewards = torch.tensor([0.7] * 8 + [0.85] * 8 + [0.2] * 7 + [0.5] + [0.5] * 8)
+    assert zero_std_groups(rewards, 8).tolist() == [True, True, False, True]
+    assert frac_reward_zero_std(rewards, 8) == 0.75
+    for scale in ("group", "batch", "none"):
+        advantages = group_advantages(rewards, 8, scale_rewards=scale).view(4, 8)
+        assert (advantages[[0, 1, 3]] == 0).all(), scale
+        assert (advantages[2] != 0).all()
+    unscorable = torch.tensor([math.nan] * 7 + [1.0] + [math.nan] * 2 + [0.7] * 6)
+    assert zero_std_groups(unscorable, 8).tolist() == [False, True]  # one scorable reward has no std (TRL)
+    assert (group_advantages(unscorable, 8) == 0).all()
