@@ -105,7 +105,7 @@ def shared_with_previous(rows: list[list[int]], masks: list[list[int]]) -> list[
     """For each row, how many leading tokens it shares with the row before it (0 for the first), never reaching
     past either row's first scored token (a shared prefix holds no scored token; see `shared_prefix_length`)."""
     out = [0]
-    for (a, ma), (b, mb) in zip(zip(rows, masks), zip(rows[1:], masks[1:])):
+    for (a, ma), (b, mb) in zip(zip(rows, masks, strict=True), zip(rows[1:], masks[1:], strict=True), strict=False):
         limit = min(_first_one(ma, len(a)), _first_one(mb, len(b)))
         n = 0
         while n < limit and a[n] == b[n]:

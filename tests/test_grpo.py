@@ -459,7 +459,7 @@ def test_a_token_budget_changes_the_micro_batches_not_the_gradient(tmp_path, los
         if budget:
             shared = shared_with_previous([e.token_ids for e in episodes], [e.model_mask for e in episodes])
             assert len(micro_batches([len(e.token_ids) for e in episodes], 8, budget, shared)) > 1
-        trainer.optimizer.step = lambda: grads.append(gradient(trainer))  # read the gradient, skip the step
+        trainer.optimizer.step = lambda trainer=trainer: grads.append(gradient(trainer))  # read the gradient, skip the step
         trainer.update(episodes, advantages)
     assert (grads[0] - grads[1]).norm() <= 1e-4 * grads[0].norm(), (grads[0] - grads[1]).norm() / grads[0].norm()
 
@@ -482,7 +482,7 @@ def test_skipping_zero_advantage_episodes_keeps_the_gradient(tmp_path):
             return forward(*a, **k)
 
         trainer.model.forward = counted
-        trainer.optimizer.step = lambda: grads.append(gradient(trainer))  # read the gradient, skip the step
+        trainer.optimizer.step = lambda trainer=trainer: grads.append(gradient(trainer))  # read the gradient, skip the step
         metrics.append(trainer.update(episodes, advantages))
         if skip:
             assert sum(calls) <= 4 + 2, "the zero-advantage group must not be run (4 rows, plus shared prefixes)"
