@@ -32,7 +32,7 @@ def reply(body: str, head: str = "#include <math.h>\n", signature: str = SIG) ->
 
 def test_the_catalog_in_kernelbench_format_with_a_split():
     assert len(TASKS) >= 20 and len({t.name for t in TASKS}) == len(TASKS)
-    assert {t.split for t in TASKS} == {"train", "heldout"}
+    assert {t.split for t in TASKS} == {"train", "validation", "heldout"}
     namespace: dict = {}
     exec(RELU.reference_source("smoke"), namespace)
     assert {"Model", "get_inputs", "get_init_inputs"} <= set(namespace)
@@ -168,3 +168,56 @@ def test_a_static_helper_function_is_allowed():
     helper = reply("    for (int i = 0; i < n; i++) out[i] = relu1(x[i]);",
                    head="#include <math.h>\nstatic inline float relu1(float v) { return v > 0.0f ? v : 0.0f; }\n")
     assert verify(RELU, helper, shape="smoke", timing=False).correct
+
+
+def test_the_link_check_alone_catches_a_static_cache_keyed_by_pointer():
+    """Defence in depth: with the static check bypassed, a `static` inside the function (a cache keyed by the
+    input pointer, fast on every repeated timing call) is still refused, from the library's full symbol table."""
+    cached = ("void kernel(const float* x, float* out, int n) {\n    static const float* last = 0;\n"
+              "    if (x == last) return;\n    last = x;\n" + GOOD + "\n}\n")
+    plain = f"void kernel(const float* x, float* out, int n) {{\n{GOOD}\n}}\n"
+    assert "static variable" in "; ".join(cpu_c.static_problems(cached, SIG))
+    assert any("writable static data (last" in p for p in cpu_c.link_problems(cpu_c.compile_c(cached).library))
+    assert cpu_c.link_problems(cpu_c.compile_c(plain).library) == []
+
+
+def test_held_out_families_are_never_trained_on_and_validation_constants_are_new():
+    by_split = {s: [t for t in TASKS if t.split == s] for s in ("train", "validation", "heldout")}
+    train_families = {t.family for t in by_split["train"]}
+    assert [task_by_name(n).family for n in ("leaky_0p1", "affine_1p5_1p5", "row_sum", "row_sum_scale_0p5")] == [
+        "leaky", "affine", "row_sum", "row_sum_scale"]
+    assert not {t.family for t in by_split["heldout"]} & train_families
+    assert {t.family for t in by_split["validation"]} <= train_families
+    train_descriptions = {t.description for t in by_split["train"]}
+    assert not any(t.description in train_descriptions for t in by_split["validation"])
+    # the constant is in the description and in the code, nowhere else the policy could copy it from
+    scale = task_by_name("scale_0p75")
+    assert "0.75" in scale.description and "0.75f" in scale.naive_c and scale.split == "validation"
+
+
+def test_the_environment_verifies_a_kernel_once_and_pays_it_as_a_reward(monkeypatch):
+    import agentrl_lite.tasks.kernels.env as env_module
+    from agentrl_lite.tasks.kernels.env import KernelEnv, demonstration
+
+    calls = []
+    real = env_module.verify
+    monkeypatch.setattr(env_module, "verify", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    env = KernelEnv(shape="smoke", timing=False)
+    same_kernel_other_prose = [reply(GOOD), reply(GOOD).replace("Here is the kernel.", "Done:")]
+    other = reply("    for (int i = 0; i < n; i++) out[i] = x[i];")
+    rewards = env.reward(None, [*same_kernel_other_prose, other], name=["relu"] * 3)
+    assert rewards == [CORRECT_BUT_SLOWER, CORRECT_BUT_SLOWER, INCORRECT]
+    assert len(calls) == 2, "one verification per distinct kernel: equal kernels get equal rewards"
+    with pytest.raises(ValueError, match="name"):
+        env.reward(None, [other])
+    assert verify(RELU, demonstration({"name": "relu"}), shape="smoke", timing=False).correct
+
+
+def test_the_cold_start_shows_the_named_operators_and_leaves_their_variants_to_rl():
+    from agentrl_lite.tasks.kernels.env import cold_start_split, kernel_tasks
+
+    demonstrated, practised = cold_start_split(kernel_tasks("train"))
+    assert len(demonstrated) + len(practised) == len(kernel_tasks("train")) and practised
+    assert all(t["family"] == t["name"] for t in demonstrated) and all(t["family"] != t["name"] for t in practised)
+    assert {"relu", "sigmoid", "row_sum"} <= {t["name"] for t in demonstrated}
+    assert {"scale_3", "scaled_sigmoid_0p5"} <= {t["name"] for t in practised}

@@ -3,6 +3,7 @@ candidate kernels in processes of their own, a tiered speed reward, and the envi
 
 - `catalog`: the tasks (PyTorch references in KernelBench's format, the C signature, a naive C body);
 - `cpu_c`: the C backend (static checks, gcc, link check, forked children with limits);
+- `cuda`: the CUDA backend (static checks, nvcc, link check, children that run and time on the GPU);
 - `stages`: the stages from a reply to a `Verdict` and its reward (`verify`);
 - `env`: the `KernelEnv` environment.
 """

@@ -1,4 +1,5 @@
-"""The kernel tasks: 22 small operators in KernelBench's format, written for this course.
+"""The kernel tasks: 23 small operators in KernelBench's format, written for this course, and variants of
+some with constants in them (`_variants`).
 
 Each task has a PyTorch reference in KernelBench's format (a `Model` whose `forward` is the operator,
 `get_inputs()`, `get_init_inputs()`), rendered for one of three shape sets:
@@ -40,9 +41,18 @@ class KernelTask:
     naive_c: str
     """a correct, plain C body for the function (no speed tricks)"""
     split: str = "train"
-    """"train" or "heldout": held-out operators are never trained on"""
+    """"train", "validation" (train families with other constants, for tuning) or "heldout" (operators and
+    families never trained on)"""
     tolerance: float = 1e-4
     """atol = rtol for fp32 (KernelBench: 1e-4); 1e-3 where the summation order legitimately differs"""
+
+    @property
+    def family(self) -> str:
+        """The operator without its constants: `leaky_0p1` → `leaky`; a named operator is its own family."""
+        parts = self.name.split("_")
+        while len(parts) > 1 and parts[-1][:1].isdigit():
+            parts.pop()
+        return "_".join(parts)
 
     @property
     def signature(self) -> str:
@@ -183,7 +193,75 @@ TASKS: list[KernelTask] = [
                "torch.relu(a @ b + bias)", (("a", "m, k"), ("b", "k, p"), ("bias", "p")), ("m", "k", "p"),
                _MATMUL.format(epilogue="v > 0.0f ? v : 0.0f"), tolerance=1e-3),
 ]
-"""every task, train and held-out"""
+"""the named operators, train and held-out"""
+
+
+def _num(v: float) -> str:
+    """A constant as the description and PyTorch write it (1.5, 0.25)."""
+    return f"{v:g}"
+
+
+def _c(v: float) -> str:
+    """A constant as a C float literal (1.5f, 0.25f, 2.0f)."""
+    text = f"{v:g}"
+    return f"{text}{'' if '.' in text or 'e' in text else '.0'}f"
+
+
+def _variants() -> list[KernelTask]:
+    """Operators with constants in them, several constants each: the description is the only place the
+    constant appears, so copying the nearest training kernel is not enough — the policy must read the task.
+
+    The families of the train split and the held-out split differ (a held-out family is never trained on in
+    any of its constants); the validation split holds train families with constants no training task uses, for
+    choosing hyper-parameters without touching the held-out tasks."""
+    tasks: list[KernelTask] = []
+    families = {
+        # name: (constants per split, description, PyTorch forward, C expression), with {a}/{b} the constants
+        "scale": ({"train": [(1.5,), (3.0,), (0.25,), (4.0,)], "validation": [(2.0,), (0.75,)]},
+                  "Scale: out[i] = {a} * x[i]", "x * {a}", "{ca} * x[i]"),
+        "shift_relu": ({"train": [(0.5,), (1.0,), (2.0,)], "validation": [(1.5,), (0.25,)]},
+                       "Shift then ReLU: out[i] = max(x[i] + {a}, 0)", "torch.relu(x + {a})",
+                       "x[i] + {ca} > 0.0f ? x[i] + {ca} : 0.0f"),
+        "clamp_range": ({"train": [(0.5,), (2.0,), (3.0,)], "validation": [(1.5,), (0.25,)]},
+                        "Clamp to [-{a}, {a}]: out[i] = min(max(x[i], -{a}), {a})", "torch.clamp(x, -{a}, {a})",
+                        "x[i] < -{ca} ? -{ca} : (x[i] > {ca} ? {ca} : x[i])"),
+        "scaled_sigmoid": ({"train": [(2.0,), (0.5,), (3.0,)], "validation": [(4.0,), (1.5,)]},
+                           "Scaled sigmoid: out[i] = {a} / (1 + exp(-x[i]))", "{a} * torch.sigmoid(x)",
+                           "{ca} / (1.0f + expf(-x[i]))"),
+        "leaky": ({"heldout": [(0.1,), (0.2,), (0.05,), (0.3,)]},
+                  "Leaky ReLU with slope {a}: out[i] = x[i] if x[i] > 0 else {a} * x[i]",
+                  "torch.nn.functional.leaky_relu(x, {a})", "x[i] > 0.0f ? x[i] : {ca} * x[i]"),
+        "affine": ({"heldout": [(0.5, 2.0), (3.0, 0.5), (1.5, 1.5), (4.0, 1.0)]},
+                   "Scale and shift: out[i] = {a} * x[i] + {b}", "x * {a} + {b}", "{ca} * x[i] + {cb}"),
+        "scaled_tanh": ({"heldout": [(2.0,), (0.5,), (3.0,)]},
+                        "Scaled hyperbolic tangent: out[i] = {a} * tanh(x[i])", "{a} * torch.tanh(x)",
+                        "{ca} * tanhf(x[i])"),
+    }
+    for family, (splits, description, forward, expression) in families.items():
+        for split, constants in splits.items():
+            for values in constants:
+                names = dict(zip("ab"[:len(values)], values, strict=True))
+                fill = {**{k: _num(v) for k, v in names.items()}, **{f"c{k}": _c(v) for k, v in names.items()}}
+                suffix = "_".join(_num(v).replace(".", "p") for v in values)
+                tasks.append(_elementwise(f"{family}_{suffix}", description.format(**fill), forward.format(**fill),
+                                          expression.format(**fill), split))
+    for split, constants in {"train": [2.0, 0.5, 3.0], "validation": [1.5], "heldout": []}.items():
+        for s in constants:  # a bias family with a constant: bias, ReLU, times s
+            tasks.append(_bias(f"bias_relu_scale_{_num(s).replace('.', 'p')}",
+                               f"Bias, ReLU, times {_num(s)}: out[r][c] = {_num(s)} * max(x[r][c] + bias[c], 0)",
+                               f"{_num(s)} * torch.relu(x + bias)", f"{_c(s)} * (v > 0.0f ? v : 0.0f)", split))
+    for split, constants in {"train": [0.5, 2.0], "validation": [0.25], "heldout": []}.items():
+        for s in constants:  # a row reduction with a constant
+            tasks.append(_rows(f"row_sum_scale_{_num(s).replace('.', 'p')}",
+                               f"Scaled sum of each row: out[r] = {_num(s)} * (sum over c of x[r][c])",
+                               f"{_num(s)} * x.sum(dim=1)",
+                               _ROW_REDUCE.format(init="0.0f", update="acc + v", final=f"{_c(s)} * acc"), split))
+    return tasks
+
+
+TASKS += _variants()
+"""every task: the named operators and their variants with constants, in three splits (train, validation,
+held-out)"""
 
 
 def task_by_name(name: str) -> KernelTask:

@@ -7,7 +7,8 @@ Nothing a candidate does can reach the caller:
   types, threads);
 - gcc runs in a subprocess with a timeout; libraries are cached by a hash of the source and flags;
 - a link check reads the library's symbol table: it may import only math and memory functions (no
-  `system`, no Python C API, no timer) and may not define writable global data (a cache between calls);
+  `system`, no Python C API, no timer) and may not define writable data of its own, global or local (a cache
+  between calls);
 - the library is loaded and called only in child processes forked from a forkserver (with PyTorch and NumPy
   preloaded, so a child starts in milliseconds), under a CPU-time and address-space limit: a segfault, an
   infinite loop or a huge allocation ends that child, and the caller reads a verdict.
@@ -29,6 +30,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,9 @@ COMPILE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC", "-fno-o
 COMPILE_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 10.0
 """wall-clock limit of one child (all the input sets of a correctness check, or one timing)"""
+TIMING_TOLERANCE = 1e-3
+"""atol = rtol of the output check after every timed call (the loosest task tolerance: the kernel already passed
+its task's own check at the correctness stage)"""
 MEMORY_BUDGET_BYTES = 1 << 30
 """address space a child may add to what it started with (inputs, outputs, the candidate's allocations)"""
 
@@ -157,7 +162,30 @@ def link_problems(library: str, function: str = "kernel") -> list[str]:
     writable = sorted(name for name, kind in kinds.items() if kind in "BDCGS")
     if writable:
         problems.append(f"defines writable global data ({', '.join(writable[:3])}): state kept between calls")
+    # the full symbol table also lists local data (a `static` inside the function, e.g. a cache keyed by the
+    # input pointer): the static check refuses it, this catches whatever spelling slips past it
+    local = _writable_symbols(library) - _toolchain_writable_symbols() - set(writable)
+    if local:
+        problems.append(f"defines writable static data ({', '.join(sorted(local)[:3])}): state kept between calls")
     return problems
+
+
+def _writable_symbols(library: str) -> set[str]:
+    """Names of the writable data (bss, data, common, small data) of a library, global or local."""
+    nm = shutil.which("nm")
+    table = subprocess.run([nm, "--defined-only", library], capture_output=True, text=True).stdout
+    return {parts[-1] for parts in (line.split() for line in table.splitlines())
+            if len(parts) >= 3 and parts[-2] in "bBdDcCgGsS"}
+
+
+@lru_cache(maxsize=1)
+def _toolchain_writable_symbols() -> frozenset[str]:
+    """The writable data gcc's start-up files put in every library (`completed.0`, `__dso_handle`, ...): what a
+    kernel with no state of its own defines."""
+    compiled = compile_c("void kernel(float* out) { out[0] = 0.0f; }\n")
+    if not compiled.ok:
+        raise RuntimeError(f"gcc cannot compile a trivial kernel: {compiled.log}")
+    return frozenset(_writable_symbols(compiled.library))
 
 
 # --- children: the candidate and the reference never run in the caller's process ------------------------
@@ -169,6 +197,11 @@ def _limit_child() -> None:
     limit = size_kb * 1024 + MEMORY_BUDGET_BYTES
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     os.environ["OMP_NUM_THREADS"] = "1"
+    # what a broken kernel makes the C library print ("malloc(): invalid size", "stack smashing detected")
+    # would land in the notebook; the verdict says what happened
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def _load(library: str, n_inputs: int, n_sizes: int):
@@ -227,7 +260,12 @@ def _reference_child(reference_source: str, input_sets: list[list[np.ndarray]], 
 
 def _timing_child(library: str, reference_source: str, inputs: list[np.ndarray], out_shape: tuple[int, ...],
                   sizes: list[int], warmup: int, repeats: int, conn) -> None:
-    """Median seconds of candidate and reference calls, interleaved (one of each per round) on one thread."""
+    """Median seconds of candidate and reference calls, interleaved (one of each per round) on one thread.
+
+    The output buffer is reset to NaN before every candidate call (outside the timed region) and every output
+    is compared with the reference's: a kernel that remembers its last call's buffers and returns early (a
+    cache keyed by pointer or shape) leaves NaN behind and is caught here, whatever slipped past the static and
+    link checks."""
     try:
         import torch
 
@@ -241,11 +279,16 @@ def _timing_child(library: str, reference_source: str, inputs: list[np.ndarray],
         candidate, reference = [], []
         with torch.no_grad():
             for i in range(warmup + repeats):
+                out.fill(np.nan)
                 start = time.perf_counter_ns()
                 _call(function, arrays, out, sizes)
                 middle = time.perf_counter_ns()
-                model(*tensors)
+                expected = model(*tensors)
                 end = time.perf_counter_ns()
+                if not np.allclose(out, expected.numpy(), atol=TIMING_TOLERANCE, rtol=TIMING_TOLERANCE):
+                    conn.send(("error", f"call {i + 1} of the timing left a wrong output (the output buffer is "
+                                        "reset before every call): does the kernel keep state between calls?"))
+                    return
                 if i >= warmup:
                     candidate.append(middle - start)
                     reference.append(end - middle)

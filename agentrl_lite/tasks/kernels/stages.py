@@ -12,6 +12,9 @@ one process, the median of each; speedup = reference median / candidate median.
 Reward (tiers in the style of Dr.Kernel and Kevin): a failure earns less the earlier it happens; a correct
 kernel earns more the faster it is; a speedup above `SUSPICIOUS_SPEEDUP` is flagged and re-timed on another
 input set with twice the repeats before it is paid, and the lower of the two speedups counts.
+
+Backends: `cpu_c` (a ```c function, gcc, timed on one CPU thread) and `cuda` (a ```cuda block with kernels
+and a host function, nvcc, run and timed on the GPU against the reference on CUDA tensors); same stages.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 import agentrl_lite.tasks.kernels.cpu_c as cpu_c
+import agentrl_lite.tasks.kernels.cuda as cuda
 from agentrl_lite.tasks.kernels.catalog import SHAPES, KernelTask
 
 CORRECTNESS_SEEDS = (0, 1, 2, 3, 4)
@@ -36,6 +40,8 @@ INCORRECT, COMPILE_FAILED, INVALID = -0.3, -0.5, -1.0
 SUSPICIOUS_SPEEDUP = 10.0
 """above this a speedup is re-verified before it is paid (KernelBench: anything above 10x is suspicious)"""
 _CODE = re.compile(r"```(?:c|C)\s*\n(.*?)```", re.S)
+BACKENDS = {"cpu_c": cpu_c, "cuda": cuda}
+"""backend name → its module: static checks, link check and the children that run and time a candidate"""
 
 
 @dataclass
@@ -97,11 +103,13 @@ def _sizes(task: KernelTask, shape: str) -> list[int]:
     return [SHAPES[shape][s] for s in task.sizes]
 
 
-def check_correctness(task: KernelTask, library: str, shape: str) -> tuple[bool, str, list[str]]:
+def check_correctness(task: KernelTask, library: str, shape: str,
+                      backend: str = "cpu_c") -> tuple[bool, str, list[str]]:
     """(correct, message, flags) of a compiled candidate on every correctness input set."""
     inputs, expected = correctness_inputs(task, shape), reference_outputs(task, shape)
-    status, value = cpu_c.run_in_child(cpu_c._candidate_child, (library, inputs, expected[0].shape,
-                                                                _sizes(task, shape)))
+    runner = BACKENDS[backend]
+    status, value = cpu_c.run_in_child(runner._candidate_child, (library, inputs, expected[0].shape,
+                                                                 _sizes(task, shape)), runner.RUN_TIMEOUT_S)
     if status == "mutated":
         return False, str(value), ["mutated_inputs"]
     if status != "ok":
@@ -129,14 +137,15 @@ def timing_inputs(task: KernelTask, shape: str, seed: int) -> list[np.ndarray]:
 
 
 def time_candidate(task: KernelTask, library: str, shape: str, warmup: int = 3, repeats: int = 15,
-                   seed: int = 100) -> tuple[float, float] | str:
+                   seed: int = 100, backend: str = "cpu_c") -> tuple[float, float] | str:
     """(candidate seconds, reference seconds), medians of interleaved calls on a fresh input set; or why
     timing failed."""
     out_shape = reference_outputs(task, shape)[0].shape
-    status, value = cpu_c.run_in_child(cpu_c._timing_child, (library, task.reference_source(shape),
-                                                             timing_inputs(task, shape, seed), out_shape,
-                                                             _sizes(task, shape), warmup, repeats),
-                                       timeout_s=cpu_c.RUN_TIMEOUT_S * 3)
+    runner = BACKENDS[backend]
+    status, value = cpu_c.run_in_child(runner._timing_child, (library, task.reference_source(shape),
+                                                              timing_inputs(task, shape, seed), out_shape,
+                                                              _sizes(task, shape), warmup, repeats),
+                                       timeout_s=runner.RUN_TIMEOUT_S * 3)
     return value if status == "ok" else f"timing failed: {value}"
 
 
@@ -148,34 +157,42 @@ def tiered_reward(speedup: float) -> float:
     return CORRECT_BUT_SLOWER
 
 
-def verify(task: KernelTask, reply: str, shape: str = "cpu", timing: bool = True) -> Verdict:
-    """Every stage on one policy reply (the text holding a ```c block)."""
-    source = extract_code(reply)
+def verify(task: KernelTask, reply: str, shape: str = "cpu", timing: bool = True,
+           backend: str = "cpu_c") -> Verdict:
+    """Every stage on one policy reply (the text holding a ```c block; a ```cuda block for backend="cuda").
+
+    The cuda backend parses and checks statically anywhere; from the compile stage on it needs nvcc and a GPU,
+    and without them raises RuntimeError (saying what to do) rather than pay a candidate for the machine.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown kernel backend {backend!r}; known: {', '.join(BACKENDS)}")
+    source = extract_code(reply) if backend == "cpu_c" else cuda.extract_code(reply)
     if source is None:
-        return Verdict("parse", INVALID, "no ```c code block in the reply")
-    problems = cpu_c.static_problems(source, task.signature)
+        return Verdict("parse", INVALID,
+                       "no ```c code block in the reply" if backend == "cpu_c" else cuda.NO_CODE_BLOCK)
+    problems = BACKENDS[backend].static_problems(source, task.signature)
     if problems:
         return Verdict("static", INVALID, "; ".join(problems), flags=[f"static:{p}" for p in problems],
                        source=source)
-    compiled = cpu_c.compile_c(source)
+    compiled = cpu_c.compile_c(source) if backend == "cpu_c" else cuda.compile_cuda(source, task.signature)
     if not compiled.ok:
         return Verdict("compile", COMPILE_FAILED, compiled.log, source=source)
-    problems = cpu_c.link_problems(compiled.library)
+    problems = BACKENDS[backend].link_problems(compiled.library)
     if problems:
         return Verdict("link", INVALID, "; ".join(problems), flags=[f"link:{p}" for p in problems], source=source)
-    correct, message, flags = check_correctness(task, compiled.library, shape)
+    correct, message, flags = check_correctness(task, compiled.library, shape, backend)
     if not correct:
         return Verdict("correctness", INCORRECT, message, flags=flags, source=source)
     if not timing:
         return Verdict("done", CORRECT_BUT_SLOWER, message, correct=True, source=source)
-    timed = time_candidate(task, compiled.library, shape)
+    timed = time_candidate(task, compiled.library, shape, backend=backend)
     if isinstance(timed, str):
         return Verdict("timing", INCORRECT, timed, source=source)
     speedup = timed[1] / timed[0]
     flags = []
     if speedup > SUSPICIOUS_SPEEDUP:  # re-time on another input set before paying
         flags.append("suspicious_speedup")
-        again = time_candidate(task, compiled.library, shape, repeats=31, seed=101)
+        again = time_candidate(task, compiled.library, shape, repeats=31, seed=101, backend=backend)
         if isinstance(again, str):
             return Verdict("timing", INCORRECT, again, flags=flags, source=source)
         speedup = min(speedup, again[1] / again[0])
