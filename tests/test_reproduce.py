@@ -68,3 +68,19 @@ def test_a_gain_needs_both_intervals_above_zero():
     assert verdict(comparison((0.2, -0.1, 0.5), (0.2, 0.1, 0.3))) == "not shown (items only)"
     assert verdict(comparison((0.05, -0.1, 0.2), (0.05, -0.02, 0.12))) == "not shown"
     assert verdict(comparison((-0.2, -0.3, -0.1), (-0.2, -0.3, -0.1))) == "loss"
+
+
+def test_a_second_measure_is_summarised_like_the_first():
+    from agentrl_lite.course.reproduce import summarise
+
+    spec = Reproducible(notebook="x.ipynb", results="x", items="heldout", comparisons=(("rl", "sft"),),
+                        scalars=("notebook_seconds",), also=("faster",))
+    records = {s: record([0, 0, 1, 0], [1, 0, 1, 1], 1.0) for s in (0, 1)}
+    for s in records:
+        records[s]["metrics"]["faster"] = {"sft": evaluation([0, 0, 0, 0], list("aabb")),
+                                           "rl": evaluation([0, 0, 0, 1], list("aabb"))}
+    out = summarise(spec, records)
+    assert out["comparisons"]["rl vs sft"]["difference_per_seed"] == [0.5, 0.5]
+    assert out["also"]["faster"]["comparisons"]["rl vs sft"]["difference_per_seed"] == [0.25, 0.25]
+    assert out["also"]["faster"]["scalars"] == {}
+    assert LESSONS["10"].also == ("heldout_fast_1", "practised")

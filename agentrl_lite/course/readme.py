@@ -117,6 +117,9 @@ HEADLINES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "08_credit_assignment": ("held-out accuracy per credit rule", [
         ("SFT", "heldout.after SFT.accuracy"), ("broadcast", "heldout.GRPO, broadcast.accuracy"),
         ("discounted", "heldout.GRPO, discounted.accuracy"), ("step-grouped", "heldout.GRPO, step-grouped.accuracy")]),
+    "10_kernel_generation_rl": ("held-out operators: fast_0 (correct) / fast_1 (correct and faster than PyTorch)", [
+        ("raw", "heldout.raw model.fast_0"), ("SFT", "heldout.SFT.fast_0"), ("SFT + GRPO", "heldout.SFT + GRPO.fast_0"),
+        ("fast_1 SFT", "heldout.SFT.fast_1"), ("fast_1 SFT + GRPO", "heldout.SFT + GRPO.fast_1")]),
 }
 """results file → (what is measured, [(label, dotted metric path)]) for the README's headline table"""
 
@@ -146,7 +149,10 @@ def render_seed_studies(results_dir: Path) -> str:
     for path in paths:
         record = json.loads(path.read_text())
         seeds = ", ".join(map(str, record["metrics"]["seeds"]))
-        for row in comparison_rows(record["metrics"]):
+        rows = [*comparison_rows(record["metrics"]),  # and a lesson's second measure, named (lesson 10's fast_1)
+                *({**row, "comparison": f"{measure}: {row['comparison']}"}
+                  for measure, summary in record["metrics"].get("also", {}).items() for row in comparison_rows(summary))]
+        for row in rows:
             lines.append(f"| {path.name[:2]} | {row['comparison']} | {row['difference per seed']} | "
                          f"{row['mean over seeds [95% t]']} | {row['over items [95% paired bootstrap]']} | "
                          f"{row['verdict']} | seeds {seeds}, {record['date'][:10]}, `results/{path.name}` |")

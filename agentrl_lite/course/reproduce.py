@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,9 @@ class Reproducible:
     """(after, before) stage pairs whose paired differences are the lesson's claims"""
     scalars: tuple[str, ...] = ()
     """other metrics (dotted paths) reported per seed with a mean and interval, e.g. "notebook_seconds\""""
+    also: tuple[str, ...] = ()
+    """other stage → evaluation mappings summarised the same way as `items` (e.g. lesson 10's fast_1 beside its
+    fast_0), each under `summary["also"][path]`"""
 
 
 LESSONS: dict[str, Reproducible] = {
@@ -60,6 +63,13 @@ LESSONS: dict[str, Reproducible] = {
         scalars=("notebook_seconds", "heldout.start.truncated", "heldout.GRPO (dapo).truncated",
                  "heldout.start.accuracy_when_finished", "heldout.GRPO (dapo).accuracy_when_finished",
                  "heldout.start.mean_length", "heldout.GRPO (dapo).mean_length"),
+    ),
+    "10": Reproducible(
+        notebook="10_kernel_generation_rl.ipynb", results="10_kernel_generation_rl", items="heldout",
+        comparisons=(("SFT + GRPO", "SFT"), ("SFT", "raw model"), ("SFT + GRPO", "raw model")),
+        scalars=("notebook_seconds", "sft.seconds", "grpo.seconds", "heldout.SFT.reward", "heldout.SFT + GRPO.reward",
+                 "validation.SFT.fast_0", "validation.SFT + GRPO.fast_0"),
+        also=("heldout_fast_1", "practised"),
     ),
     "09": Reproducible(
         notebook="09_agentic_search.ipynb", results="09_agentic_search", items="heldout",
@@ -113,6 +123,14 @@ def aggregate(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[st
     return out
 
 
+def summarise(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """`aggregate` of the lesson's items, and of each of its `also` measures under `["also"][path]`."""
+    summary = aggregate(spec, records)
+    if spec.also:
+        summary["also"] = {path: aggregate(replace(spec, items=path, scalars=(), also=()), records) for path in spec.also}
+    return summary
+
+
 def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: str | Path = "runs",
               notebooks_dir: str | Path = REPO_ROOT / "notebooks") -> tuple[Path, Path]:
     """Run a lesson's notebook once per seed and write its multi-seed results file; returns (run folder,
@@ -146,7 +164,7 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
         if seed == NOTEBOOK_SEED and profile != "smoke":  # this run is the notebook's own committed run too
             write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],
                           seed=seed, command=records[seed]["command"])
-    summary = aggregate(spec, records)
+    summary = summarise(spec, records)
     summary["run_dir"] = run_dir.name
     summary["notebook"] = spec.notebook
     path = write_results(f"{spec.results}_seeds", summary, profile=profile,
