@@ -79,12 +79,10 @@ class KernelEnv:
         return self._verdicts[key]
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        system = SYSTEM_PROMPT
         if self.backend == "cuda":
-            from agentrl_lite.tasks.kernels.cuda import SYSTEM_PROMPT as CUDA_PROMPT
-
-            return [{"role": "system", "content": CUDA_PROMPT},
-                    {"role": "user", "content": kernel_prompt_text(task, self.with_reference, self.shape)}]
-        return [{"role": "system", "content": SYSTEM_PROMPT},
+            from agentrl_lite.tasks.kernels.cuda import SYSTEM_PROMPT as system
+        return [{"role": "system", "content": system},
                 {"role": "user", "content": kernel_prompt_text(task, self.with_reference, self.shape)}]
 
     def toolbox_for(self, task: dict[str, Any] | None = None) -> None:
