@@ -8,6 +8,7 @@ from typing import Any
 
 from agentrl_lite.episode import Episode
 from agentrl_lite.rewards import completion_text
+from agentrl_lite.tasks.kernels import cuda
 from agentrl_lite.tasks.kernels.catalog import TASKS, task_by_name
 from agentrl_lite.tasks.kernels.stages import Verdict, extract_code, verify
 
@@ -36,9 +37,7 @@ def demonstration(task: dict[str, Any], backend: str = "cpu_c") -> str:
     """The cold start's answer for a task: its naive kernel in a fenced block (correct, no speed tricks)."""
     spec = task_by_name(task["name"])
     if backend == "cuda":
-        from agentrl_lite.tasks.kernels.cuda import naive_cuda_source
-
-        return f"```cuda\n{naive_cuda_source(spec)}```"
+        return f"```cuda\n{cuda.naive_cuda_source(spec)}```"
     return f"```c\n{spec.naive_source()}```"
 
 
@@ -72,16 +71,14 @@ class KernelEnv:
         verdict. Timings vary from run to run; near a tier's threshold two copies of one kernel would otherwise
         earn different rewards, and GRPO would push the policy toward one copy and away from the other (noise
         turned into advantage). It also saves the verification of repeats, which are common after a cold start."""
-        source = (extract_code(reply) if self.backend == "cpu_c" else None) or reply
+        source = (extract_code(reply) if self.backend == "cpu_c" else cuda.extract_code(reply)) or reply
         key = (name, source)
         if key not in self._verdicts:
             self._verdicts[key] = verify(task_by_name(name), reply, self.shape, self.timing, self.backend)
         return self._verdicts[key]
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
-        system = SYSTEM_PROMPT
-        if self.backend == "cuda":
-            from agentrl_lite.tasks.kernels.cuda import SYSTEM_PROMPT as system
+        system = cuda.SYSTEM_PROMPT if self.backend == "cuda" else SYSTEM_PROMPT
         return [{"role": "system", "content": system},
                 {"role": "user", "content": kernel_prompt_text(task, self.with_reference, self.shape)}]
 
