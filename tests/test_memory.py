@@ -13,24 +13,38 @@ from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode, Turn
 from agentrl_lite.rewards import normalize_answer
 from agentrl_lite.tasks.memory import (
+    FORMAT_WEIGHT,
     KINDS,
     OPS,
+    SIZE_PENALTY,
     SPLITS,
     UNKNOWN,
+    AnswerEnv,
     ConstantMemory,
+    ConstantMemoryEnv,
     MemoryBank,
     MemoryManagerEnv,
+    answer_demonstrations,
     answer_score,
+    answer_tasks,
     append_only,
+    constant_memory_reward,
+    constant_memory_tasks,
     demonstration,
     gold_answer_in_bank,
     ideal_call,
     last_write_wins,
+    manager_outcome,
+    manager_reward,
     manager_tasks,
     memory_dialogues,
     op_confusion,
     oracle,
+    probes,
     read_fact,
+    replay_constant_memory,
+    replay_policy,
+    state_of,
 )
 from agentrl_lite.tools import Toolbox
 
@@ -222,7 +236,9 @@ def test_the_demonstration_scores_correct_and_runs_cleanly(tasks, dialogues):
     assert isinstance(env, Environment)
     for task in tasks[:60]:
         reply = demonstration(task)[-1]["content"]
-        assert env.score(task, _episode(reply)) == {"correct": 1.0, "op": task["ideal"]["op"], "calls": 1.0}
+        assert env.score(task, _episode(reply)) == {"correct": 1.0, "op": task["ideal"]["op"], "calls": 1.0,
+                                                    "formatted": 1.0, "probes": 1.0, "answers_all": 1.0,
+                                                    "extra": 0.0, "reward": 1.0 + FORMAT_WEIGHT}
         toolbox = env.toolbox_for(task)
         _, observations = toolbox.run(reply)
         assert not observations[0].startswith("Error:"), observations
@@ -235,9 +251,12 @@ def test_wrong_operations_score_incorrect(tasks):
     other_id = next(m["id"] for m in update["bank"]["entries"] if m["id"] != update["ideal"]["target"])
     wrong_target = ToolCall("update", {**ideal_call(update).arguments, "memory_id": other_id})
     assert env.score(update, _episode(format_tool_call(wrong_target)))["correct"] == 0.0
-    assert env.score(update, _episode(format_tool_call(ToolCall("add", {"content": "x y"})))) == \
-        {"correct": 0.0, "op": "ADD", "calls": 1.0}
-    assert env.score(update, _episode("I would update memory 3.")) == {"correct": 0.0, "op": "none", "calls": 0.0}
+    refused = env.score(update, _episode(format_tool_call(ToolCall("add", {"content": "x y"}))))
+    assert {k: refused[k] for k in ("correct", "op", "calls", "formatted", "answers_all", "reward")} == \
+        {"correct": 0.0, "op": "ADD", "calls": 1.0, "formatted": 0.0, "answers_all": 0.0, "reward": 0.0}
+    silent = env.score(update, _episode("I would update memory 3."))
+    assert {k: silent[k] for k in ("correct", "op", "calls", "formatted")} == \
+        {"correct": 0.0, "op": "none", "calls": 0.0, "formatted": 0.0}
     twice = format_tool_call(ideal_call(update)) * 2
     assert env.score(update, _episode(twice))["correct"] == 0.0
 
@@ -263,3 +282,157 @@ def test_constant_memory_truncates_and_refuses_non_strings():
     assert observations[0].startswith("Error:") and memory.state == "one two three four five"
     with pytest.raises(ValueError, match="max_words"):
         ConstantMemory(max_words=0)
+
+
+# --- probes and the manager's reward ---------------------------------------------------------------------
+def test_probes_follow_the_facts_said_so_far(dialogues):
+    """After the last turn the probes are every question the dialogue supports, never-stated ones aside."""
+    for d in dialogues[:40]:
+        asked = {(q["question"], q["answer"]) for q in probes(d["turns"])}
+        final = {(q["question"], q["answer"]) for q in d["questions"] if q["form"] != "never_stated"}
+        assert final <= asked, d["id"]
+    assert probes([]) == []
+
+
+def test_the_ideal_bank_passes_every_probe_and_a_wrong_one_fails(tasks):
+    for task in tasks[:120]:
+        bank = MemoryBank.from_state(task["bank"])
+        bank.apply(task["ideal"])
+        assert all(gold_answer_in_bank(bank, q) for q in task["probes"]), task["id"]
+        assert len(bank.entries) == task["ideal_size"]
+
+
+def _reply(call: ToolCall) -> str:
+    return format_tool_call(call)
+
+
+def test_the_managers_reward_ranks_operations_by_what_the_bank_can_still_answer(tasks):
+    by_event = {}
+    for task in tasks:
+        by_event.setdefault(task["event"], task)
+    assert {"change", "correct", "retract", "repeat", "chat", "state"} <= set(by_event)
+    best = 1.0 + FORMAT_WEIGHT
+    for event, task in by_event.items():
+        assert manager_outcome(task, _reply(ideal_call(task)))["reward"] == pytest.approx(best), event
+    # a change or correction ignored, a retraction ignored: the bank answers a probe wrongly
+    for event in ("change", "correct", "retract"):
+        ignored = manager_outcome(by_event[event], _reply(ToolCall("noop", {})))
+        kept = 1.0 if event == "retract" else 0.0  # the retracted memory is one the ideal bank no longer has
+        assert ignored["answers_all"] == 0.0 and ignored["extra"] == kept, event
+        assert ignored["reward"] == pytest.approx(FORMAT_WEIGHT - SIZE_PENALTY * kept), event
+    # small talk or a repeat stored anyway: every probe still passes, but the bank has a memory too many
+    for event in ("chat", "repeat"):
+        stored = manager_outcome(by_event[event], _reply(ToolCall("add", {"content": by_event[event]["text"]})))
+        assert stored["answers_all"] == 1.0 and stored["extra"] == 1.0, event
+        assert stored["reward"] == pytest.approx(best - SIZE_PENALTY), event
+    # a change written over the old value loses the history a "before" probe needs
+    change = next(t for t in tasks if t["event"] == "change")
+    content = change["ideal"]["content"].split(" (earlier:")[0] + "."
+    overwritten = manager_outcome(change, _reply(ToolCall("update", {"memory_id": change["ideal"]["target"],
+                                                                     "content": content})))
+    assert overwritten["answers_all"] == 0.0 and 0.0 < overwritten["probes"] < 1.0
+    # no call, two calls, broken JSON: no format reward, and nothing the bank held is lost
+    state = by_event["state"]
+    for text in ("I would add that.", _reply(ideal_call(state)) * 2, '<tool_call>{"name": "add", </tool_call>'):
+        outcome = manager_outcome(state, text)
+        assert outcome["formatted"] == 0.0
+    assert manager_outcome(state, "nothing")["probes"] < 1.0  # the new fact was not stored
+
+
+def test_manager_reward_reads_the_task_columns_and_refuses_without_them(tasks):
+    rows = tasks[:6]
+    completions = [[{"role": "assistant", "content": _reply(ideal_call(t))}] for t in rows]
+    rewards = manager_reward([None] * 6, completions, bank=[t["bank"] for t in rows],
+                             probes=[t["probes"] for t in rows], ideal_size=[t["ideal_size"] for t in rows])
+    assert rewards == pytest.approx([1.0 + FORMAT_WEIGHT] * 6)
+    with pytest.raises(ValueError, match="bank, probes and ideal_size"):
+        manager_reward([None], completions[:1])
+
+
+# --- replaying a policy, and the answer agent --------------------------------------------------------------
+def test_replaying_the_ideal_policy_rebuilds_the_oracle_bank(dialogues):
+    some = dialogues[:5]
+    by_id = {t["id"]: t for t in manager_tasks(some)}
+
+    def ideal_policy(batch):
+        return [_episode(_reply(ideal_call(by_id[t["id"]]))) for t in batch]
+
+    records = replay_policy(some, ideal_policy)
+    for d, record in zip(some, records, strict=True):
+        assert record["bank"].entries == oracle(d)[0].entries
+        assert [o["op"] for o in record["ops"]] == [t["op"]["op"] for t in d["turns"]]
+    silent = replay_policy(some, lambda batch: [_episode("no idea") for _ in batch])
+    assert all(not r["bank"].entries and {o["op"] for o in r["ops"]} == {"none"} for r in silent)
+
+
+def test_answer_tasks_show_retrieved_memories_or_the_whole_dialogue(dialogues):
+    d = dialogues[0]
+    bank = oracle(d)[0]
+    tasks_ = answer_tasks(d, bank, "oracle")
+    assert [t["id"] for t in tasks_] == [q["id"] for q in d["questions"]]
+    for t in tasks_:
+        lines = t["memories"].splitlines()
+        ids = [int(line[1:line.index("]")]) for line in lines]
+        assert ids == sorted(ids) and set(ids) <= set(bank.entries)
+        if t["answer"] != UNKNOWN:
+            assert normalize_answer(t["answer"]) in normalize_answer(t["memories"])
+    full = answer_tasks(d, None, "full context")
+    assert all(f"{d['turns'][-1]['text']}" in t["memories"] for t in full)
+
+
+def test_the_answer_env_scores_the_reply_and_demonstrations_are_supported(dialogues):
+    env = AnswerEnv()
+    assert isinstance(env, Environment)
+    task = answer_tasks(dialogues[0], oracle(dialogues[0])[0], "oracle")[0]
+    assert env.score(task, _episode(task["answer"] + ".")) == {"correct": 1.0, "f1": 1.0}
+    assert env.score(task, _episode("something else"))["correct"] == 0.0
+    demos = answer_demonstrations(dialogues[:20])
+    assert Counter(t["source"] for t in demos).keys() == {"oracle", "append-only", "full context"}
+    for t in demos:
+        assert t["answer"] == UNKNOWN or normalize_answer(t["answer"]) in normalize_answer(t["memories"]), t
+
+
+# --- the constant memory (MEM1) -----------------------------------------------------------------------------
+def test_constant_memory_tasks_demonstrate_the_ideal_state_and_a_bound_loses_facts(dialogues):
+    env = ConstantMemoryEnv()
+    assert isinstance(env, Environment)
+    roomy = constant_memory_tasks(dialogues[:10], max_words=500)
+    for task in roomy:
+        reply = env.demonstration(task)[-1]["content"]
+        assert env.score(task, _episode(reply))["correct"] == 1.0, task["id"]
+    assert env.score(roomy[5], _episode("no call"))["formatted"] == 0.0
+    tight = constant_memory_tasks(dialogues[:10], max_words=12)
+    assert all(len(t["ideal_state"].split()) <= 12 for t in tight)
+    scores = [env.score(t, _episode(env.demonstration(t)[-1]["content"]))["correct"] for t in tight]
+    assert 0 < sum(scores) < len(scores), "a 12-word state cannot hold every fact of a dialogue"
+
+
+def test_constant_memory_reward_and_replay(dialogues):
+    tasks_ = constant_memory_tasks(dialogues[:3], max_words=500)
+    env = ConstantMemoryEnv()
+    good = [[{"role": "assistant", "content": env.demonstration(t)[-1]["content"]}] for t in tasks_]
+    columns = {"state": [t["state"] for t in tasks_], "probes": [t["probes"] for t in tasks_],
+               "max_words": [t["max_words"] for t in tasks_]}
+    assert manager_reward is not constant_memory_reward
+    assert constant_memory_reward([None] * len(tasks_), good, **columns) == \
+        pytest.approx([1.0 + FORMAT_WEIGHT] * len(tasks_))
+    forgetful = [[{"role": "assistant", "content": format_tool_call(ToolCall("rewrite", {"state": "Nothing."}))}]
+                 for _ in tasks_]
+    assert min(constant_memory_reward([None] * len(tasks_), forgetful, **columns)) < 1.0
+    with pytest.raises(ValueError, match="state, probes and max_words"):
+        constant_memory_reward([None], good[:1])
+    by_text = {(t["dialogue_id"], t["turn_index"]): t for t in tasks_}
+    index = {d["id"]: d for d in dialogues[:3]}
+
+    def ideal(batch):  # the ideal rewrite of whichever turn the state and message belong to
+        out = []
+        for task in batch:
+            key = next(k for k, t in by_text.items() if t["state"] == task["state"] and t["text"] == task["text"]
+                       and k[0] in index)
+            out.append(_episode(env.demonstration(by_text[key])[-1]["content"]))
+        return out
+
+    records = replay_constant_memory(dialogues[:3], ideal, max_words=500)
+    for d, record in zip(dialogues[:3], records, strict=True):
+        assert record["probes"] == [1.0] * len(d["turns"])
+        assert record["state"] == state_of(oracle(d)[0], 500)

@@ -19,6 +19,7 @@ from agentrl_lite.tasks.arithmetic import (
     small_arithmetic_tasks,
 )
 from agentrl_lite.tasks.function_calls import function_calling_splits, function_calling_validation
+from agentrl_lite.tasks.memory import memory_dialogues
 from agentrl_lite.tasks.search import SPLITS, demonstration, encyclopedia, search_questions
 from agentrl_lite.tasks.word_problems import word_problem_splits, word_problem_validation
 from agentrl_lite.tools import SearchIndex
@@ -37,6 +38,7 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     identity_train, identity_heldout = identity_arithmetic_tasks()
     calls_train, calls_heldout, calls_sft = function_calling_splits()
     words_train, words_heldout, words_sft = word_problem_splits()
+    dialogues = memory_dialogues(seed=0)
     world = encyclopedia(seed=0)
     questions = search_questions(world, seed=0)
     search_train = [q for q in questions if q["split"] == "train"]
@@ -67,6 +69,7 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
         "search_corpus.jsonl": world.documents,
         **{f"search_{split}.jsonl": [q for q in questions if q["split"] == split] for split in SPLITS},
         "search_sft.jsonl": search_sft,
+        **{f"memory_{split}.jsonl": [d for d in dialogues if d["split"] == split] for split in SPLITS},
     }
     for name, rows in files.items():
         write_jsonl(data_dir / name, rows)

@@ -47,7 +47,10 @@ from typing import Any
 
 from agentrl_lite.chat import ToolCall, format_tool_call
 from agentrl_lite.episode import Episode
-from agentrl_lite.rewards import exact_match, normalize_answer, token_f1
+from agentrl_lite.evaluate import evaluate
+from agentrl_lite.models import sampling_copy
+from agentrl_lite.rewards import completion_text, exact_match, normalize_answer, token_f1
+from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.tools import SearchIndex, Toolbox
 
 UNKNOWN = "unknown"
@@ -268,7 +271,15 @@ def _question(kind: str, form: str, question: str, answer: str, entity: str, att
 
 
 def _questions(rng: random.Random, people: list[str], history: dict, wrong: dict, retracted: set) -> list[dict]:
-    """Every question the dialogue supports, then up to `QUESTIONS_PER_KIND` of each kind.
+    """Every question the dialogue supports, then up to `QUESTIONS_PER_KIND` of each kind."""
+    found = _supported(history, wrong, retracted, people)
+    return [q for kind in KINDS for q in _spread(rng, found[kind])]
+
+
+def _supported(history: dict, wrong: dict, retracted: set, people: list[str] | None) -> dict[str, list[dict]]:
+    """kind → every question the facts support (history: (entity, attribute) → its values, the current one
+    last; wrong: corrected values; retracted: retracted facts). `people` None leaves out the never-stated
+    questions, and chains every entity with an employer.
 
     stale: values a memory may still hold that are not the answer (earlier or wrong values for a question
     about now; every value ever stated for a retracted fact). queries: what a reader retrieves with, one per
@@ -289,20 +300,23 @@ def _questions(rng: random.Random, people: list[str], history: dict, wrong: dict
             if len(values) > 1:
                 found["temporal"].append(_question("temporal", "previous", before.format(e=entity, v=values[-1]),
                                                    values[-2], entity, attribute, []))
-    for person in people:
-        for attribute in PERSON_ATTRIBUTES:
+    chained = people if people is not None else sorted({e for e, a in history if a == "employer"})
+    for person in chained:
+        for attribute in PERSON_ATTRIBUTES if people is not None else ():
             if (person, attribute) not in history:
                 found["unanswerable"].append(_question(
                     "unanswerable", "never_stated", QUESTION_TEMPLATES[attribute][0].format(e=person), UNKNOWN,
                     person, attribute, []))
         if (person, "employer") in history and (person, "employer") not in retracted:
             org = history[(person, "employer")][-1]
+            if (org, "based") not in history or (org, "based") in retracted:
+                continue
             city = history[(org, "based")]
             question = CHAINED_QUESTION.format(e=person)
             found["multi_hop"].append(_question(
                 "multi_hop", "chained", question, city[-1], org, "based", city[:-1] + wrong[(org, "based")],
                 [question, QUESTION_TEMPLATES["based"][0].format(e=org)]))
-    return [q for kind in KINDS for q in _spread(rng, found[kind])]
+    return found
 
 
 def _spread(rng: random.Random, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -578,24 +592,95 @@ MANAGER_PROMPT = (
 _TOOL_OPS = {"add": "ADD", "update": "UPDATE", "delete": "DELETE", "noop": "NOOP"}
 
 
+def _facts(turns: list[dict[str, Any]]) -> tuple[dict, dict, set]:
+    """What the turns have said, read back with the templates: (history, wrong, retracted) as `_supported`
+    takes them."""
+    history: dict[tuple[str, str], list[str]] = {}
+    wrong: dict[tuple[str, str], list[str]] = {}
+    retracted: set[tuple[str, str]] = set()
+    for turn in turns:
+        if (fact := read_fact(turn["text"])) is None:
+            continue
+        key = (fact["entity"], fact["attribute"])
+        if fact["event"] == "state":
+            history[key], wrong[key] = [fact["value"]], []
+        elif fact["event"] == "change":
+            history[key].append(fact["value"])
+        elif fact["event"] == "correct":
+            wrong[key].append(history[key][-1])
+            history[key][-1] = fact["value"]
+        elif fact["event"] == "retract":
+            retracted.add(key)
+    return history, wrong, retracted
+
+
+def probes(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The probe questions after these turns: every question about a fact said so far (its value now, the
+    value before its latest change, "unknown" once retracted, the employer's city). A bank the ideal
+    operations built passes them all (`gold_answer_in_bank`); a wrong operation fails one or more."""
+    return [q for kind in KINDS for q in _supported(*_facts(turns), people=None)[kind]]
+
+
+def _manager_task(dialogue: dict[str, Any], t: int, bank: MemoryBank, k: int = RELATED_K) -> dict[str, Any]:
+    turn = dialogue["turns"][t]
+    return {"id": f"{dialogue['id']}-t{t:02d}", "dialogue_id": dialogue["id"], "split": dialogue["split"],
+            "turn_index": t, "session": turn["session"], "text": turn["text"], "event": turn["event"],
+            "bank": bank.state(), "related": [{"id": i, "content": c} for i, c in bank.related(turn["text"], k)],
+            "ideal": turn["op"]}
+
+
 def manager_tasks(dialogues: list[dict[str, Any]], k: int = RELATED_K) -> list[dict[str, Any]]:
     """One task per turn, with the bank that the ideal operations built before it (teacher forcing).
 
     Fields: id, dialogue_id, split, turn_index, session, text, event, bank (`MemoryBank.state()`),
-    related ([{"id", "content"}], top k for the turn's text), ideal ({"op", "target", "content"}).
+    related ([{"id", "content"}], top k for the turn's text), ideal ({"op", "target", "content"}),
+    probes (`probes` after this turn) and ideal_size (memories in the bank after the ideal operation).
     """
     tasks = []
     for dialogue in dialogues:
         bank = MemoryBank()
         for t, turn in enumerate(dialogue["turns"]):
-            tasks.append({"id": f"{dialogue['id']}-t{t:02d}", "dialogue_id": dialogue["id"],
-                          "split": dialogue["split"], "turn_index": t, "session": turn["session"],
-                          "text": turn["text"], "event": turn["event"], "bank": bank.state(),
-                          "related": [{"id": i, "content": c} for i, c in bank.related(turn["text"], k)],
-                          "ideal": turn["op"]})
+            task = _manager_task(dialogue, t, bank, k)
             if (observation := bank.apply(turn["op"])).startswith("Error:"):
                 raise RuntimeError(f"{dialogue['id']} turn {t}: the ideal operation failed: {observation}")
+            tasks.append({**task, "probes": probes(dialogue["turns"][: t + 1]), "ideal_size": len(bank.entries)})
     return tasks
+
+
+# --- the manager's reward: what a careful reader can still answer after the operation -------------------
+FORMAT_WEIGHT = 0.1
+"""reward for exactly one tool call that the bank accepts (Mem-α's format term)"""
+SIZE_PENALTY = 0.1
+"""reward taken per memory beyond what the ideal operations keep (Mem-α's compression term)"""
+
+
+def manager_outcome(task: dict[str, Any], text: str) -> dict[str, float]:
+    """Run the manager's reply on a copy of the task's bank, as the tool would, and judge the bank it leaves.
+
+    formatted: exactly one call, and the bank accepted it; probes: the share of the task's probe questions a
+    careful reader still answers (`gold_answer_in_bank`); answers_all: 1.0 when it answers them all; extra:
+    memories beyond the ideal bank's; reward: answers_all + FORMAT_WEIGHT·formatted − SIZE_PENALTY·extra.
+    """
+    bank = MemoryBank.from_state(task["bank"])
+    calls, observations = Toolbox(bank.tools()).run(text)
+    formatted = float(len(observations) == 1 and not observations[0].startswith("Error:"))
+    passed = [gold_answer_in_bank(bank, q) for q in task["probes"]]
+    share = sum(passed) / len(passed) if passed else 1.0
+    extra = float(max(0, len(bank.entries) - task["ideal_size"]))
+    answers_all = float(all(passed))
+    return {"formatted": formatted, "probes": share, "answers_all": answers_all, "extra": extra,
+            "reward": answers_all + FORMAT_WEIGHT * formatted - SIZE_PENALTY * extra}
+
+
+def manager_reward(prompts: list[Any], completions: list[Any], bank: list[dict] | None = None,
+                   probes: list[list[dict]] | None = None, ideal_size: list[int] | None = None,
+                   **kwargs: Any) -> list[float]:
+    """A TRL-style reward for the manager (`manager_outcome`'s reward); needs the task columns bank, probes
+    and ideal_size."""
+    if bank is None or probes is None or ideal_size is None or len(bank) != len(completions):
+        raise ValueError("manager_reward needs the per-sample columns bank, probes and ideal_size of manager_tasks")
+    return [manager_outcome({"bank": b, "probes": p, "ideal_size": n}, completion_text(c))["reward"]
+            for b, p, n, c in zip(bank, probes, ideal_size, completions, strict=True)]
 
 
 def _user_message(task: dict[str, Any]) -> str:
@@ -631,16 +716,122 @@ class MemoryManagerEnv:
 
     def score(self, task: dict[str, Any], episode: Episode) -> dict[str, Any]:
         """correct: exactly one call, whose operation (and, for update and delete, memory id) is the ideal one;
-        op: the first call's operation ("none" without a call, "other" for an unknown tool); calls: how many."""
+        op: the first call's operation ("none" without a call, "other" for an unknown tool); calls: how many;
+        and `manager_outcome`'s measures when the task has probes (formatted, probes, answers_all, extra, reward)."""
         calls = [c for turn in episode.model_turns for c in turn.tool_calls]
+        outcome = manager_outcome(task, _written(episode)) if "probes" in task else {}
         if not calls:
-            return {"correct": 0.0, "op": "none", "calls": 0.0}
+            return {"correct": 0.0, "op": "none", "calls": 0.0, **outcome}
         op = _TOOL_OPS.get(calls[0].get("name"), "other")
         ideal = task["ideal"]
         target_ok = ideal["op"] not in ("UPDATE", "DELETE") or \
             calls[0].get("arguments", {}).get("memory_id") == ideal["target"]
         right = len(calls) == 1 and op == ideal["op"] and target_ok
-        return {"correct": float(right), "op": op, "calls": float(len(calls))}
+        return {"correct": float(right), "op": op, "calls": float(len(calls)), **outcome}
+
+
+def _written(episode: Episode) -> str:
+    """What the policy wrote in its turns (no end-of-turn tokens)."""
+    return "\n".join(turn.content for turn in episode.model_turns)
+
+
+def chosen_op(episode: Episode) -> dict[str, Any]:
+    """The operation of an episode's first tool call as {"op", "target", "content"} ("none" without a call,
+    "other" for an unknown tool)."""
+    calls = [c for turn in episode.model_turns for c in turn.tool_calls]
+    if not calls:
+        return _op("none")
+    arguments = calls[0].get("arguments") or {}
+    return _op(_TOOL_OPS.get(calls[0].get("name"), "other"), arguments.get("memory_id"), arguments.get("content"))
+
+
+def replay_policy(dialogues: list[dict[str, Any]], manage: Callable[[list[dict[str, Any]]], list[Episode]],
+                  capacity: int = CAPACITY) -> list[dict[str, Any]]:
+    """Run a manager policy through whole dialogues, turn by turn, on the banks it builds itself (no teacher
+    forcing): the dialogues advance together, one `manage(tasks)` call per turn index, so a model answers
+    a batch. Each reply is run on the dialogue's bank as the tool would run it.
+
+    Returns one record per dialogue: bank (the final `MemoryBank`), ops (`chosen_op` per turn), episodes.
+    """
+    records = [{"bank": MemoryBank(capacity), "ops": [], "episodes": []} for _ in dialogues]
+    for t in range(max(len(d["turns"]) for d in dialogues)):
+        active = [i for i, d in enumerate(dialogues) if t < len(d["turns"])]
+        tasks = [_manager_task(dialogues[i], t, records[i]["bank"]) for i in active]
+        for i, episode in zip(active, manage(tasks), strict=True):
+            Toolbox(records[i]["bank"].tools()).run(_written(episode))
+            records[i]["ops"].append(chosen_op(episode))
+            records[i]["episodes"].append(episode)
+    return records
+
+
+def model_manager(model: Any, tokenizer: Any, config: RolloutConfig, dtype: str | None = "auto"
+                  ) -> Callable[[list[dict[str, Any]]], list[Episode]]:
+    """A language model as the `manage` of `replay_policy`: each batch of tasks is one `evaluate` call in
+    `MemoryManagerEnv`, by a sampling copy of the model made once (`models.sampling_copy`), not once per turn."""
+    sampler = sampling_copy(model, dtype) or model
+    env = MemoryManagerEnv()
+    return lambda tasks: evaluate(sampler, tokenizer, env, tasks, config).episodes
+
+
+# --- the answer agent: reads the memories retrieved for a question -------------------------------------
+ANSWER_PROMPT = (
+    "Answer the question from the memories below; a later memory is newer than an earlier one. Reply with the "
+    "answer alone (a name, a word or a city), or unknown when the memories do not give it."
+)
+
+
+def retrieved(bank: MemoryBank, question: dict[str, Any], k: int = RELATED_K) -> list[tuple[int, str]]:
+    """The memories an answer agent reads: the top k for each of the question's queries, in the order they
+    were stored."""
+    return sorted({i: c for query in question["queries"] for i, c in bank.related(query, k)}.items())
+
+
+def answer_tasks(dialogue: dict[str, Any], bank: MemoryBank | None, source: str,
+                 k: int = RELATED_K) -> list[dict[str, Any]]:
+    """One answer-agent task per question of the dialogue: the question's fields plus memories (the text the
+    agent reads) and source (which manager built the bank). bank None: full context, the whole dialogue as
+    the memories, one line per turn."""
+    if bank is None:
+        shown = "\n".join(f"[{i}] (session {t['session']}) {t['text']}" for i, t in enumerate(dialogue["turns"], 1))
+    return [{**q, "dialogue_id": dialogue["id"], "source": source,
+             "memories": shown if bank is None else bank.to_text(retrieved(bank, q, k))}
+            for q in dialogue["questions"]]
+
+
+def answer_demonstrations(dialogues: list[dict[str, Any]], k: int = RELATED_K) -> list[dict[str, Any]]:
+    """Answer-agent tasks with a gold answer its memories support, for a cold start: from the oracle bank,
+    the append-only bank and the full context (so the agent can read all three), keeping an append-only
+    question only when its memories hold the answer, or the retraction for a retracted fact."""
+    demos = []
+    for d in dialogues:
+        demos += answer_tasks(d, oracle(d)[0], "oracle", k) + answer_tasks(d, None, "full context")
+        for task in answer_tasks(d, append_only(d)[0], "append-only", k):
+            retraction = any(_mentions(m, task["entity"]) and read_fact(m.split("] ", 1)[1]) is not None and
+                             read_fact(m.split("] ", 1)[1])["event"] == "retract" for m in task["memories"].splitlines())
+            if (task["form"] == "never_stated" or (task["form"] == "retracted" and retraction)
+                    or (task["answer"] != UNKNOWN and _mentions(task["memories"], task["answer"]))):
+                demos.append(task)
+    return demos
+
+
+class AnswerEnv:
+    """The answer agent (an `Environment`): a question and the memories retrieved for it in, the answer out."""
+
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "system", "content": ANSWER_PROMPT},
+                {"role": "user", "content": f"Memories:\n{task['memories']}\n\nQuestion: {task['question']}"}]
+
+    def toolbox_for(self, task: dict[str, Any]) -> None:
+        return None
+
+    def score(self, task: dict[str, Any], episode: Episode) -> dict[str, Any]:
+        """correct: normalised exact match; f1: token F1 (`answer_score` of the reply's text)."""
+        return answer_score(_written(episode).strip(), task)
+
+    @staticmethod
+    def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
+        """The gold answer as the assistant's reply."""
+        return [{"role": "assistant", "content": task["answer"]}]
 
 
 # --- MEM1: one bounded internal state, rewritten every turn ----------------------------------------------
@@ -677,3 +868,106 @@ class ConstantMemory:
 
     def to_text(self) -> str:
         return self.state or "(empty)"
+
+
+STATE_WORDS = 60
+"""the constant memory's bound in the lesson: about six facts, fewer than most dialogues state"""
+STATE_PROMPT = (
+    "You keep one short internal state about the user's friends and their employers; it is all you will remember. "
+    "Read the new message, then call rewrite once with the whole new state: keep every fact still true, write a "
+    "changed fact's old value as \"(earlier: ...)\", drop a retracted fact, ignore small talk. One short sentence per "
+    f"fact, e.g. \"{EXAMPLE_NAME}'s home city is Dorim.\""
+)
+
+
+def state_of(bank: MemoryBank, max_words: int = STATE_WORDS) -> str:
+    """The ideal internal state: the oracle bank's memories in order, cut to the first max_words words (a fact
+    that does not fit is lost, as in any bounded memory)."""
+    return " ".join(" ".join(bank.entries.values()).split()[:max_words])
+
+
+def state_bank(state: str) -> MemoryBank:
+    """An internal state read as a bank of its sentences, so `gold_answer_in_bank` can grade it."""
+    sentences = [s for s in re.split(r"(?<=\.)\s+", state.strip()) if s and _searchable(s)]
+    return MemoryBank(max(len(sentences), 1), dict(enumerate(sentences, 1)))
+
+
+def constant_memory_tasks(dialogues: list[dict[str, Any]], max_words: int = STATE_WORDS) -> list[dict[str, Any]]:
+    """One task per turn, teacher-forced: the ideal state before the turn (`state_of` the oracle bank), the turn,
+    its probes and the ideal state after it (the rewrite a demonstration makes)."""
+    tasks = []
+    for dialogue in dialogues:
+        bank = MemoryBank()
+        for t, turn in enumerate(dialogue["turns"]):
+            before = state_of(bank, max_words)
+            bank.apply(turn["op"])
+            tasks.append({"id": f"{dialogue['id']}-s{t:02d}", "dialogue_id": dialogue["id"], "split": dialogue["split"],
+                          "turn_index": t, "session": turn["session"], "text": turn["text"], "event": turn["event"],
+                          "state": before, "ideal_state": state_of(bank, max_words), "max_words": max_words,
+                          "probes": probes(dialogue["turns"][: t + 1])})
+    return tasks
+
+
+class ConstantMemoryEnv:
+    """MEM1's constant memory (an `Environment`): the internal state and the new turn in, one rewrite out."""
+
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "system", "content": STATE_PROMPT},
+                {"role": "user", "content": f"Internal state: {task['state'] or '(empty)'}\n\n"
+                                            f"New message (session {task['session']}): {task['text']}"}]
+
+    def toolbox_for(self, task: dict[str, Any]) -> Toolbox:
+        return Toolbox(ConstantMemory(task["max_words"], task["state"]).tools())
+
+    def score(self, task: dict[str, Any], episode: Episode) -> dict[str, Any]:
+        """correct: the careful reader answers every probe from the rewritten state; probes: the share it
+        answers; formatted: exactly one accepted rewrite; words: the new state's length."""
+        state, formatted = rewritten_state(task, _written(episode))
+        passed = [gold_answer_in_bank(state_bank(state), q) for q in task["probes"]]
+        return {"correct": float(all(passed)), "probes": sum(passed) / len(passed) if passed else 1.0,
+                "formatted": formatted, "words": float(len(state.split()))}
+
+    @staticmethod
+    def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "assistant", "content": format_tool_call(ToolCall("rewrite", {"state": task["ideal_state"]}))}]
+
+
+def rewritten_state(task: dict[str, Any], text: str) -> tuple[str, float]:
+    """The state after running the reply on the task's state as the tool would, and whether the reply was
+    exactly one accepted rewrite (1.0) or not (0.0; then the old state stays, or the last accepted rewrite)."""
+    memory = ConstantMemory(task["max_words"], task["state"])
+    _, observations = Toolbox(memory.tools()).run(text)
+    return memory.state, float(len(observations) == 1 and not observations[0].startswith("Error:"))
+
+
+def constant_memory_reward(prompts: list[Any], completions: list[Any], state: list[str] | None = None,
+                           probes: list[list[dict]] | None = None, max_words: list[int] | None = None,
+                           **kwargs: Any) -> list[float]:
+    """A TRL-style reward for the constant memory: 1.0 when the careful reader answers every probe from the
+    rewritten state, plus FORMAT_WEIGHT for exactly one accepted rewrite (the bound is the tool's, so no size term)."""
+    if state is None or probes is None or max_words is None or len(state) != len(completions):
+        raise ValueError("constant_memory_reward needs the per-sample columns state, probes and max_words")
+    rewards = []
+    for s, p, n, c in zip(state, probes, max_words, completions, strict=True):
+        new, formatted = rewritten_state({"state": s, "max_words": n}, completion_text(c))
+        rewards.append(float(all(gold_answer_in_bank(state_bank(new), q) for q in p)) + FORMAT_WEIGHT * formatted)
+    return rewards
+
+
+def replay_constant_memory(dialogues: list[dict[str, Any]], manage: Callable[[list[dict[str, Any]]], list[Episode]],
+                           max_words: int = STATE_WORDS) -> list[dict[str, Any]]:
+    """`replay_policy` for the constant memory: each dialogue's state is rewritten by the policy turn by turn.
+    Returns per dialogue: state (the final one), probes (the share of the probes answerable after each turn)
+    and episodes."""
+    records = [{"state": "", "probes": [], "episodes": []} for _ in dialogues]
+    for t in range(max(len(d["turns"]) for d in dialogues)):
+        active = [i for i, d in enumerate(dialogues) if t < len(d["turns"])]
+        tasks = [{"state": records[i]["state"], "max_words": max_words, "session": dialogues[i]["turns"][t]["session"],
+                  "text": dialogues[i]["turns"][t]["text"]} for i in active]
+        for i, task, episode in zip(active, tasks, manage(tasks), strict=True):
+            records[i]["state"], _ = rewritten_state(task, _written(episode))
+            asked = probes(dialogues[i]["turns"][: t + 1])
+            passed = [gold_answer_in_bank(state_bank(records[i]["state"]), q) for q in asked]
+            records[i]["probes"].append(sum(passed) / len(passed) if passed else 1.0)
+            records[i]["episodes"].append(episode)
+    return records
