@@ -71,6 +71,14 @@ LESSONS: dict[str, Reproducible] = {
                  "validation.SFT.fast_0", "validation.SFT + GRPO.fast_0"),
         also=("heldout_fast_1", "practised"),
     ),
+    "11": Reproducible(
+        notebook="11_memory_agents.ipynb", results="11_memory_agents", items="heldout",
+        comparisons=(("SFT + GRPO", "SFT"), ("SFT + GRPO", "append-only"), ("SFT", "append-only"),
+                     ("oracle", "append-only")),
+        scalars=("notebook_seconds", "answer_agent.seconds", "sft.seconds", "grpo.seconds",
+                 "heldout.SFT.memories", "heldout.SFT + GRPO.memories"),
+        also=("heldout_temporal", "heldout_reader"),
+    ),
     "09": Reproducible(
         notebook="09_agentic_search.ipynb", results="09_agentic_search", items="heldout",
         comparisons=(("SFT + GRPO", "SFT agent"), ("SFT + GRPO", "closed-book"), ("SFT + GRPO", "one-shot RAG"),

@@ -962,12 +962,13 @@ def replay_constant_memory(dialogues: list[dict[str, Any]], manage: Callable[[li
     records = [{"state": "", "probes": [], "episodes": []} for _ in dialogues]
     for t in range(max(len(d["turns"]) for d in dialogues)):
         active = [i for i, d in enumerate(dialogues) if t < len(d["turns"])]
-        tasks = [{"state": records[i]["state"], "max_words": max_words, "session": dialogues[i]["turns"][t]["session"],
-                  "text": dialogues[i]["turns"][t]["text"]} for i in active]
+        tasks = [{"id": f"{dialogues[i]['id']}-s{t:02d}", "state": records[i]["state"], "max_words": max_words,
+                  "session": dialogues[i]["turns"][t]["session"], "text": dialogues[i]["turns"][t]["text"],
+                  "event": dialogues[i]["turns"][t]["event"], "probes": probes(dialogues[i]["turns"][: t + 1])}
+                 for i in active]
         for i, task, episode in zip(active, tasks, manage(tasks), strict=True):
             records[i]["state"], _ = rewritten_state(task, _written(episode))
-            asked = probes(dialogues[i]["turns"][: t + 1])
-            passed = [gold_answer_in_bank(state_bank(records[i]["state"]), q) for q in asked]
+            passed = [gold_answer_in_bank(state_bank(records[i]["state"]), q) for q in task["probes"]]
             records[i]["probes"].append(sum(passed) / len(passed) if passed else 1.0)
             records[i]["episodes"].append(episode)
     return records
