@@ -4,6 +4,7 @@ manager environment and the constant-size memory."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 
 import pytest
@@ -436,3 +437,23 @@ def test_constant_memory_reward_and_replay(dialogues):
     for d, record in zip(dialogues[:3], records, strict=True):
         assert record["probes"] == [1.0] * len(d["turns"])
         assert record["state"] == state_of(oracle(d)[0], 500)
+
+
+@pytest.mark.parametrize("which", ["manager", "constant memory"])
+def test_the_grpo_trainer_reaches_the_memory_rewards_through_the_task_columns(which, dialogues):
+    """One GRPO step of a tiny random policy in each memory environment: the reward functions get the columns
+    they need (bank/probes/ideal_size, state/probes/max_words) and score every sample."""
+    from agentrl_lite.grpo import GRPOConfig, GRPOTrainer
+    from agentrl_lite.models import tiny_policy
+    from agentrl_lite.rollout import RolloutConfig
+
+    if which == "manager":
+        env, reward, tasks_ = MemoryManagerEnv(), manager_reward, manager_tasks(dialogues[:2])
+    else:
+        env, reward, tasks_ = ConstantMemoryEnv(), constant_memory_reward, constant_memory_tasks(dialogues[:2])
+    model, tokenizer = tiny_policy(seed=0)
+    config = GRPOConfig(steps=1, prompts_per_step=2, group_size=2, lr=1e-4, seed=0, progress=False,
+                        rollout=RolloutConfig(max_turns=1, max_new_tokens=6, temperature=1.0, progress=False))
+    history = GRPOTrainer(model, tokenizer, env, tasks_, [reward], config).train()
+    assert len(history) == 1 and math.isfinite(history[0]["reward"])
+    assert -SIZE_PENALTY * 2 <= history[0]["reward"] <= 1.0 + FORMAT_WEIGHT
