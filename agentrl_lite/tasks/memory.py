@@ -806,8 +806,8 @@ def answer_demonstrations(dialogues: list[dict[str, Any]], k: int = RELATED_K) -
     for d in dialogues:
         demos += answer_tasks(d, oracle(d)[0], "oracle", k) + answer_tasks(d, None, "full context")
         for task in answer_tasks(d, append_only(d)[0], "append-only", k):
-            retraction = any(_mentions(m, task["entity"]) and read_fact(m.split("] ", 1)[1]) is not None and
-                             read_fact(m.split("] ", 1)[1])["event"] == "retract" for m in task["memories"].splitlines())
+            facts = [read_fact(line.split("] ", 1)[1]) for line in task["memories"].splitlines()]
+            retraction = any(f is not None and f["event"] == "retract" and f["entity"] == task["entity"] for f in facts)
             if (task["form"] == "never_stated" or (task["form"] == "retracted" and retraction)
                     or (task["answer"] != UNKNOWN and _mentions(task["memories"], task["answer"]))):
                 demos.append(task)
