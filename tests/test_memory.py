@@ -387,10 +387,34 @@ def test_the_answer_env_scores_the_reply_and_demonstrations_are_supported(dialog
     task = answer_tasks(dialogues[0], oracle(dialogues[0])[0], "oracle")[0]
     assert env.score(task, _episode(task["answer"] + ".")) == {"correct": 1.0, "f1": 1.0}
     assert env.score(task, _episode("something else"))["correct"] == 0.0
+    # the reply cites its evidence first: only what follows "Answer:" is graded, so the cited fact's words
+    # cannot earn the answer, and the demonstration scores full marks
+    assert env.score(task, _episode(f"Memory: {task['evidence']}\nAnswer: wrong"))["correct"] == 0.0
+    assert env.score(task, _episode(env.demonstration(task)[0]["content"])) == {"correct": 1.0, "f1": 1.0}
     demos = answer_demonstrations(dialogues[:20])
     assert Counter(t["source"] for t in demos).keys() == {"oracle", "append-only", "full context"}
     for t in demos:
         assert t["answer"] == UNKNOWN or normalize_answer(t["answer"]) in normalize_answer(t["memories"]), t
+
+
+def test_the_evidence_an_answer_cites_is_what_the_oracle_bank_stores(dialogues):
+    """Every answerable question's evidence is one or two memories of the oracle bank, word for word (a
+    chained question cites the person's employer, then the employer's city); an unanswerable one words its
+    fact the same way with the value unknown."""
+    forms = Counter()
+    for d in dialogues[:60]:
+        bank = oracle(d)[0]
+        for t in answer_tasks(d, bank, "oracle"):
+            forms[t["form"]] += 1
+            if t["answer"] == UNKNOWN:
+                assert t["evidence"].endswith(" unknown.") and t["entity"] in t["evidence"], t
+                assert t["evidence"] not in bank.entries.values()
+                continue
+            cited = t["evidence"].replace(". ", ".\n").splitlines()
+            assert all(c in bank.entries.values() for c in cited), t
+            assert len(cited) == (2 if t["form"] == "chained" else 1)
+            assert normalize_answer(t["answer"]) in normalize_answer(cited[-1])
+    assert set(forms) == {"stated", "current", "previous", "chained", "retracted", "never_stated"}
 
 
 # --- the constant memory (MEM1) -----------------------------------------------------------------------------

@@ -775,8 +775,9 @@ def model_manager(model: Any, tokenizer: Any, config: RolloutConfig, dtype: str 
 
 # --- the answer agent: reads the memories retrieved for a question -------------------------------------
 ANSWER_PROMPT = (
-    "Answer the question from the memories below; a later memory is newer than an earlier one. Reply with the "
-    "answer alone (a name, a word or a city), or unknown when the memories do not give it."
+    "Answer the question from the memories below; a later memory is newer than an earlier one. First write "
+    "\"Memory:\" and the fact the answer rests on (its value unknown when the memories do not give it), then "
+    "\"Answer:\" and the answer alone (a name, a word or a city, or unknown)."
 )
 
 
@@ -786,14 +787,32 @@ def retrieved(bank: MemoryBank, question: dict[str, Any], k: int = RELATED_K) ->
     return sorted({i: c for query in question["queries"] for i, c in bank.related(query, k)}.items())
 
 
+def evidence(question: dict[str, Any], history: dict[tuple[str, str], list[str]]) -> str:
+    """The facts a question's answer rests on, as the oracle bank words them (`memory_text`): the fact
+    itself with its earlier values, or both hops of a chained question. An unanswerable question's fact is
+    worded the same way with the value unknown ("X's job is unknown."), so every reply names what it looks
+    for before it copies a value, and the choice between a value and unknown comes after the name.
+    history: (entity, attribute) → values, as `_facts` reads them from the dialogue."""
+    if question["answer"] == UNKNOWN:
+        return memory_text(question["attribute"], question["entity"], [UNKNOWN])
+    facts = [(question["entity"], question["attribute"], question["answer"])]
+    if question["form"] == "chained":  # the person's employer first: the bridge to the organisation's city
+        person = re.fullmatch(_pattern(CHAINED_QUESTION), question["question"])["e"]
+        facts.insert(0, (person, "employer", question["entity"]))
+    # history lacks a fact only for dialogues cut short (the smoke profile): the answer alone stands in
+    return " ".join(memory_text(attribute, entity, history.get((entity, attribute), [answer]))
+                    for entity, attribute, answer in facts)
+
+
 def answer_tasks(dialogue: dict[str, Any], bank: MemoryBank | None, source: str,
                  k: int = RELATED_K) -> list[dict[str, Any]]:
     """One answer-agent task per question of the dialogue: the question's fields plus memories (the text the
-    agent reads) and source (which manager built the bank). bank None: full context, the whole dialogue as
-    the memories, one line per turn."""
+    agent reads), evidence (`evidence`: what a demonstration cites before answering) and source (which
+    manager built the bank). bank None: full context, the whole dialogue as the memories, one line per turn."""
     if bank is None:
         shown = "\n".join(f"[{i}] (session {t['session']}) {t['text']}" for i, t in enumerate(dialogue["turns"], 1))
-    return [{**q, "dialogue_id": dialogue["id"], "source": source,
+    history = _facts(dialogue["turns"])[0]
+    return [{**q, "dialogue_id": dialogue["id"], "source": source, "evidence": evidence(q, history),
              "memories": shown if bank is None else bank.to_text(retrieved(bank, q, k))}
             for q in dialogue["questions"]]
 
@@ -825,13 +844,15 @@ class AnswerEnv:
         return None
 
     def score(self, task: dict[str, Any], episode: Episode) -> dict[str, Any]:
-        """correct: normalised exact match; f1: token F1 (`answer_score` of the reply's text)."""
-        return answer_score(_written(episode).strip(), task)
+        """correct: normalised exact match; f1: token F1 (`answer_score` of what follows the reply's last
+        "Answer:", or of the whole reply without one)."""
+        return answer_score(_written(episode).rsplit("Answer:", 1)[-1].strip(), task)
 
     @staticmethod
     def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
-        """The gold answer as the assistant's reply."""
-        return [{"role": "assistant", "content": task["answer"]}]
+        """The reply of a careful reader: the facts the answer rests on (Memory-R1's answer agent selects
+        memories before it answers), then the gold answer."""
+        return [{"role": "assistant", "content": f"Memory: {task['evidence']}\nAnswer: {task['answer']}"}]
 
 
 # --- MEM1: one bounded internal state, rewritten every turn ----------------------------------------------
