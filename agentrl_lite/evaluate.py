@@ -140,9 +140,10 @@ class EvalReport:
         return row
 
     def metrics(self) -> dict[str, Any]:
-        """The report as JSON-ready numbers, for a results file."""
+        """The report as JSON-ready numbers, for a results file; `correct` is the per-task vector that paired
+        comparisons across policies and seeds need (`stats`, `course.reproduce`)."""
         numeric = {k for s in self.scores for k, v in s.items() if isinstance(v, int | float)}
-        return {"n": self.n, "accuracy": self.accuracy,
+        return {"n": self.n, "accuracy": self.accuracy, "correct": self.correct,
                 **{f"mean_{k}": self.mean(k) for k in sorted(numeric - {"correct"})},
                 "by_label": self.by_label(), "counts": self.counts, "overall": self.overall,
                 "calls_per_episode": self.calls_per_episode, "tool_call_rate": self.tool_call_rate,

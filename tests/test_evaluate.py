@@ -75,6 +75,7 @@ def test_report_summaries():
     assert report.overall == 0.5 and report.counts == {"crates": 2, "change": 2}
     metrics = report.metrics()
     assert metrics["mean_formatted"] == 0.75 and metrics["by_label"] == report.by_label()
+    assert metrics["correct"] == [1.0, 0.0, 0.0, 1.0], "the per-task vector paired comparisons need"
     row = report.row("after SFT", calls_by_label=True)
     assert row["policy"] == "after SFT" and row["crates"] == 1.0 and row["calls (change)"] == 0.5
 

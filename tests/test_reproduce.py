@@ -84,3 +84,35 @@ def test_a_second_measure_is_summarised_like_the_first():
     assert out["also"]["faster"]["comparisons"]["rl vs sft"]["difference_per_seed"] == [0.25, 0.25]
     assert out["also"]["faster"]["scalars"] == {}
     assert LESSONS["10"].also == ("heldout_fast_1", "practised")
+
+
+def test_every_reproducible_lesson_compares_stages_its_committed_results_file_has():
+    """A misspelt stage would be skipped silently by `aggregate` (it skips stages a lesson did not evaluate)."""
+    from agentrl_lite.course.results import metric, read_results
+
+    for lesson, spec in LESSONS.items():
+        record = read_results(spec.results)
+        if record is None:  # no committed run yet
+            continue
+        for path in (spec.items, *spec.also):
+            stages = metric(record, path)
+            for after, before in spec.comparisons if path == spec.items else ():
+                assert after in stages and before in stages, f"lesson {lesson}: {after!r} / {before!r} not in {list(stages)}"
+        for path in spec.scalars:
+            assert isinstance(metric(record, path), int | float), f"lesson {lesson}: scalar {path} is not a number"
+
+
+def test_seed_study_tables_hold_every_part_of_the_summary():
+    from agentrl_lite.course.reproduce import seed_study_tables, summarise
+
+    spec = Reproducible(notebook="x.ipynb", results="x", items="heldout", comparisons=(("rl", "sft"),),
+                        scalars=("notebook_seconds",), also=("faster",))
+    records = {s: record([0, 0, 1, 0], [1, 0, 1, s % 2], 100.0 + s) for s in (0, 1, 2)}
+    for s in records:
+        records[s]["metrics"]["faster"] = {"sft": evaluation([0, 0, 0, 0], list("aabb")),
+                                           "rl": evaluation([0, 0, 0, 1], list("aabb"))}
+    tables = dict(seed_study_tables(summarise(spec, records)))
+    assert list(tables) == ["held-out accuracy per stage", "claims", "faster: claims", "other measures"]
+    assert [row["stage"] for row in tables["held-out accuracy per stage"]] == ["sft", "rl"]
+    assert tables["claims"][0]["difference per seed"] == "+0.250, +0.500, +0.250"
+    assert tables["other measures"][0]["per seed"] == "100, 101, 102"

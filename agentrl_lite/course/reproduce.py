@@ -79,6 +79,36 @@ LESSONS: dict[str, Reproducible] = {
                  "heldout.SFT.memories", "heldout.SFT + GRPO.memories"),
         also=("heldout_temporal", "heldout_reader"),
     ),
+    "05": Reproducible(
+        notebook="05_rl_for_tool_calls.ipynb", results="05_rl_for_tool_calls", items="synthetic_heldout",
+        comparisons=(("SFT + GRPO fine", "SFT"), ("SFT + GRPO coarse", "SFT"), ("SFT + GRPO fine", "SFT + GRPO coarse"),
+                     ("SFT", "raw")),
+        scalars=("notebook_seconds", "bfcl.SFT.overall", "bfcl.SFT + GRPO coarse.overall",
+                 "bfcl.SFT + GRPO fine.overall"),
+        also=("bfcl",),
+    ),
+    "06": Reproducible(
+        notebook="06_multi_turn_agentic_grpo.ipynb", results="06_agentic_grpo", items="heldout",
+        comparisons=(("after SFT + GRPO", "after SFT"), ("after SFT", "base, with tools")),
+        scalars=("notebook_seconds", "heldout.after SFT.calls_per_episode",
+                 "heldout.after SFT + GRPO.calls_per_episode"),
+    ),
+    "07": Reproducible(
+        notebook="07_tool_efficiency.ipynb", results="07_tool_efficiency", items="heldout",
+        comparisons=(("GRPO, correct reward", "after SFT"), ("GRPO, OTC reward", "after SFT"),
+                     ("GRPO, OTC reward", "GRPO, correct reward")),
+        scalars=("notebook_seconds", *(f"heldout.{stage}.{measure}"
+                                       for measure in ("calls_per_episode", "calls_by_label.easy", "calls_by_label.hard")
+                                       for stage in ("after SFT", "GRPO, correct reward", "GRPO, OTC reward"))),
+    ),
+    "08": Reproducible(
+        notebook="08_credit_assignment.ipynb", results="08_credit_assignment", items="heldout",
+        comparisons=(("GRPO, broadcast", "after SFT"), ("GRPO, discounted", "after SFT"),
+                     ("GRPO, step-grouped", "after SFT"), ("GRPO, step-grouped", "GRPO, broadcast"),
+                     ("GRPO, discounted", "GRPO, broadcast")),
+        scalars=("notebook_seconds", *(f"heldout.{stage}.calls_per_episode" for stage in
+                                       ("after SFT", "GRPO, broadcast", "GRPO, discounted", "GRPO, step-grouped"))),
+    ),
     "09": Reproducible(
         notebook="09_agentic_search.ipynb", results="09_agentic_search", items="heldout",
         comparisons=(("SFT + GRPO", "SFT agent"), ("SFT + GRPO", "closed-book"), ("SFT + GRPO", "one-shot RAG"),
@@ -191,6 +221,18 @@ def verdict(comparison: dict[str, Any]) -> str:
     if items["low"] > 0 or items["high"] < 0:
         return "not shown (items only)"
     return "not shown"
+
+
+def seed_study_tables(summary: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Every table of a multi-seed summary, titled, for a lesson's "What you should see": the stages, the
+    comparisons, each `also` measure's comparisons, and the scalars (per seed, mean, t interval)."""
+    tables = [("held-out accuracy per stage", stage_rows(summary)), ("claims", comparison_rows(summary))]
+    tables += [(f"{measure}: claims", comparison_rows(also)) for measure, also in summary.get("also", {}).items()]
+    if summary.get("scalars"):
+        tables.append(("other measures", [
+            {"measure": k, "per seed": ", ".join(f"{x:.3g}" for x in v["per_seed"]), "mean": round(v["estimate"], 3),
+             "95% t interval": f"[{v['low']:.3g}, {v['high']:.3g}]"} for k, v in summary["scalars"].items()]))
+    return tables
 
 
 def _interval(d: dict[str, float], digits: int = 3) -> str:
