@@ -137,8 +137,10 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def study_one(seed: int, rules: tuple[str, ...] = RULES, group_size: int = 8, prompts: int = 4, gamma: float = 0.9,
-              batches: int = 100, train_steps: int = 30, lr: float = 0.5, **toy_kwargs: int) -> dict[str, dict]:
-    """Every rule's measurements on the task and initial policy of one seed (the same for every rule)."""
+              batches: int = 100, train_steps: int = 30, lr: float = 0.5, omega: float = 1.0,
+              **toy_kwargs: int) -> dict[str, dict]:
+    """Every rule's measurements on the task and initial policy of one seed (the same for every rule); omega is
+    the step-grouped rule's weight of the step term (`rule_advantages`)."""
     toy = CreditToy(seed=seed, **toy_kwargs)
     rng = np.random.default_rng(10_000 + seed)
     theta0 = rng.normal(0.0, 1.0, size=(toy.turns, toy.states, toy.actions))
@@ -149,7 +151,7 @@ def study_one(seed: int, rules: tuple[str, ...] = RULES, group_size: int = 8, pr
         grads, correlations = [], []
         for _ in range(batches):
             states, actions = toy.sample(theta0, prompts * group_size, draws)
-            adv = rule_advantages(rule, toy, states, actions, group_size, gamma)
+            adv = rule_advantages(rule, toy, states, actions, group_size, gamma, omega)
             truth = true_a[np.arange(toy.turns), states, actions]
             if adv.std() > 0 and truth.std() > 0:
                 correlations.append(float(np.corrcoef(adv.ravel(), truth.ravel())[0, 1]))
@@ -161,7 +163,7 @@ def study_one(seed: int, rules: tuple[str, ...] = RULES, group_size: int = 8, pr
         for _ in range(train_steps):  # steps of equal length: a rule's larger advantages are not a larger lr
             states, actions = toy.sample(theta, prompts * group_size, draws)
             g = gradient_estimate(toy, theta, states, actions,
-                                  rule_advantages(rule, toy, states, actions, group_size, gamma))
+                                  rule_advantages(rule, toy, states, actions, group_size, gamma, omega))
             theta = theta + lr * g / (np.linalg.norm(g) + 1e-12)
             curve.append(toy.exact(theta)[2])
         out[rule] = {"correlation_with_true_advantage": float(np.mean(correlations)),
