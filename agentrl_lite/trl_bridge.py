@@ -98,9 +98,13 @@ def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
     Kept equal: prompts × group size per step (one optimizer step per generation batch), completion
     budget, temperature, top_p, no top-k, the loss (type, epsilon/epsilon_high, beta, token or sequence
     ratios, KL bias correction), num_iterations, scale_rewards, mask_truncated_completions, learning rate
-    (constant, no warm-up), weight decay, gradient clipping, seed. Left at TRL's defaults (they change speed
-    or memory, not the objective): gradient checkpointing, TRL's own sampler and data order, our
-    micro_batch_size, sampling batch size, bf16 loss pass, and our bf16 sampling copy with its truncated
+    (constant, no warm-up), weight decay, gradient clipping, seed, and the rows per loss pass: our
+    micro_batch_size becomes TRL's per-device batch with gradient accumulation over the generation batch
+    (TRL's grpo, dr_grpo and dapo losses are the same objective either way, `tests/test_trl_equality.py`; bnpo
+    normalises by each pass's tokens, so a bnpo batch stays whole). A 32-row pass holds TRL's fp32 logits of
+    every row at once: lesson 06's TRL cell peaked at 13.7 GB that way. Left at TRL's defaults (they change
+    speed or memory, not the objective): gradient checkpointing, TRL's own sampler and data order, our token
+    cap per pass, sampling batch size, bf16 loss pass, and our bf16 sampling copy with its truncated
     importance weights (`sampler_dtype`, `is_cap`: TRL samples with the policy itself). Refused with a ValueError (TRL has no
     equivalent): credit other than "broadcast", dynamic_sampling, filter_void_turns, skip_empty_updates.
     `overrides` go straight to TRL (e.g. `use_cpu=False`).
@@ -109,10 +113,12 @@ def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
 
     _check_translatable(config)
     r = config.rollout
+    batch = config.prompts_per_step * config.group_size
+    rows = batch if config.loss.loss_type == "bnpo" or batch % config.micro_batch_size else config.micro_batch_size
     args: dict[str, Any] = dict(
         output_dir=output_dir,
-        per_device_train_batch_size=config.prompts_per_step * config.group_size,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=rows,
+        gradient_accumulation_steps=batch // rows,  # one optimizer step per generation batch, as ours
         num_generations=config.group_size,
         max_completion_length=r.max_new_tokens * r.max_turns,
         temperature=r.temperature,

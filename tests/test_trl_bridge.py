@@ -48,6 +48,13 @@ def test_config_is_translated_knob_for_knob(tmp_path):
     args = trl_config(CONFIG, str(tmp_path), use_cpu=True)
     assert args.per_device_train_batch_size == 8 and args.num_generations == 4
     assert args.gradient_accumulation_steps == 1 and args.max_steps == 2
+    # our micro-batches become TRL's passes, still one optimizer step per generation batch of 2 × 4 rows
+    split = trl_config(replace(CONFIG, micro_batch_size=2), str(tmp_path), use_cpu=True)
+    assert (split.per_device_train_batch_size, split.gradient_accumulation_steps) == (2, 4)
+    assert split.generation_batch_size == 8 and split.steps_per_generation == 4
+    bnpo = replace(CONFIG, micro_batch_size=2, loss=replace(CONFIG.loss, loss_type="bnpo"))
+    assert trl_config(bnpo, str(tmp_path), use_cpu=True).per_device_train_batch_size == 8, "bnpo: one pass"
+    assert trl_config(replace(CONFIG, micro_batch_size=3), str(tmp_path), use_cpu=True).per_device_train_batch_size == 8
     assert args.max_completion_length == 12 and args.temperature == 0.9 and args.top_k == 0
     assert (args.loss_type, args.epsilon, args.epsilon_high, args.beta) == ("dr_grpo", 0.1, 0.28, 0.0)
     assert args.importance_sampling_level == "sequence" and args.use_bias_correction_kl is False  # GSPO
