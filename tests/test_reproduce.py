@@ -116,3 +116,25 @@ def test_seed_study_tables_hold_every_part_of_the_summary():
     assert [row["stage"] for row in tables["held-out accuracy per stage"]] == ["sft", "rl"]
     assert tables["claims"][0]["difference per seed"] == "+0.250, +0.500, +0.250"
     assert tables["other measures"][0]["per seed"] == "100, 101, 102"
+
+
+def test_an_earlier_run_is_summarised_again_with_the_current_claims(tmp_path, monkeypatch):
+    import json
+
+    from agentrl_lite.course import reproduce as module
+
+    run_dir = tmp_path / "runs" / "20261125T000000Z"
+    for seed, rl in ((0, [1, 0, 1, 1]), (1, [1, 1, 0, 0])):
+        (run_dir / f"seed_{seed}").mkdir(parents=True)
+        rec = {**record([0, 0, 1, 0], rl, 100.0 + seed), "profile": "cpu", "command": f"make reproduce  # seed {seed}"}
+        (run_dir / f"seed_{seed}" / "x.json").write_text(json.dumps(rec))
+    monkeypatch.setitem(module.LESSONS, "99", SPEC)
+    monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
+    monkeypatch.delenv("AGENTRL_COMMAND", raising=False)
+    out = json.loads(module.resummarise("99", run_dir).read_text())
+    assert out["profile"] == "cpu" and out["command"] == f"agentrl-lite reproduce 99 --from-run {run_dir}"
+    assert out["metrics"]["seeds"] == [0, 1] and out["metrics"]["run_dir"] == "20261125T000000Z"
+    assert out["metrics"]["comparisons"]["rl vs sft"]["difference_per_seed"] == [0.5, 0.25]
+    assert out["metrics"]["seed_commands"] == {"0": "make reproduce  # seed 0", "1": "make reproduce  # seed 1"}
+    with pytest.raises(FileNotFoundError):
+        module.resummarise("99", tmp_path / "empty")

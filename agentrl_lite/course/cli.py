@@ -39,11 +39,14 @@ def _course(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from agentrl_lite.course.reproduce import LESSONS, reproduce
+    from agentrl_lite.course.reproduce import LESSONS, reproduce, resummarise
 
     if args.lesson not in LESSONS:
         print(f"lesson {args.lesson} cannot be reproduced yet; choose one of {', '.join(sorted(LESSONS))}")
         return 2
+    if args.from_run:
+        print(f"Summary: {resummarise(args.lesson, args.from_run)}")
+        return 0
     try:
         run_dir, path = reproduce(args.lesson, args.seeds, profile=args.profile, out_root=args.out)
     except RuntimeError as exc:
@@ -138,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
     reproduce.add_argument("--profile", default="auto", choices=["auto", "smoke", "cpu", "gpu"])
     reproduce.add_argument("--out", default="runs", help="folder that receives the run folder (default: runs)")
+    reproduce.add_argument("--from-run", default=None, metavar="RUN_DIR",
+                           help="run no notebook: summarise an earlier run folder again with the lesson's current claims")
     reproduce.set_defaults(func=_reproduce)
 
     exercises = sub.add_parser("exercises", help="generate exercises/ from the solution notebooks")

@@ -74,9 +74,11 @@ LESSONS: dict[str, Reproducible] = {
     "11": Reproducible(
         notebook="11_memory_agents.ipynb", results="11_memory_agents", items="heldout",
         comparisons=(("SFT + GRPO", "SFT"), ("SFT + GRPO", "append-only"), ("SFT", "append-only"),
-                     ("oracle", "append-only")),
+                     ("SFT + GRPO", "last-write-wins"), ("oracle", "append-only")),
         scalars=("notebook_seconds", "answer_agent.seconds", "sft.seconds", "grpo.seconds",
-                 "heldout.SFT.memories", "heldout.SFT + GRPO.memories"),
+                 *(f"heldout.{bank}.memories" for bank in ("append-only", "oracle", "SFT", "SFT + GRPO")),
+                 *(f"confusion.{manager}.{op}.{op}" for op in ("ADD", "UPDATE", "DELETE", "NOOP")
+                   for manager in ("SFT", "SFT + GRPO"))),
         also=("heldout_temporal", "heldout_reader"),
     ),
     "05": Reproducible(
@@ -202,12 +204,34 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
         if seed == NOTEBOOK_SEED and profile != "smoke":  # this run is the notebook's own committed run too
             write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],
                           seed=seed, command=records[seed]["command"])
+    return run_dir, _write_summary(spec, records, run_dir, profile, command)
+
+
+def _write_summary(spec: Reproducible, records: dict[int, dict[str, Any]], run_dir: Path, profile: str,
+                   command: str) -> Path:
     summary = summarise(spec, records)
     summary["run_dir"] = run_dir.name
     summary["notebook"] = spec.notebook
-    path = write_results(f"{spec.results}_seeds", summary, profile=profile,
-                         model=records[seeds[0]]["model"], seed=seeds[0], command=command)
-    return run_dir, path
+    summary["seed_commands"] = {str(seed): record["command"] for seed, record in records.items()}
+    seeds = sorted(records)
+    return write_results(f"{spec.results}_seeds", summary, profile=profile, model=records[seeds[0]]["model"],
+                         seed=seeds[0], command=command)
+
+
+def resummarise(lesson: str, run_dir: str | Path) -> Path:
+    """Summarise the seed runs of an earlier `reproduce` again with the lesson's current claims and measures
+    (`LESSONS`), without running a notebook: a claim added after the runs needs no new runs. Reads
+    run_dir/seed_<n>/<results>.json; returns the multi-seed results file."""
+    spec, run_dir = LESSONS[lesson], Path(run_dir)
+    records = {int(folder.name.removeprefix("seed_")): json.loads((folder / f"{spec.results}.json").read_text())
+               for folder in sorted(run_dir.glob("seed_*")) if (folder / f"{spec.results}.json").is_file()}
+    if not records:
+        raise FileNotFoundError(f"no seed_<n>/{spec.results}.json under {run_dir}: is it a `reproduce {lesson}` run?")
+    profile = {record["profile"] for record in records.values()}
+    if len(profile) != 1:
+        raise ValueError(f"the seeds of {run_dir} ran in different profiles: {sorted(profile)}")
+    command = os.environ.get("AGENTRL_COMMAND") or f"agentrl-lite reproduce {lesson} --from-run {run_dir}"
+    return _write_summary(spec, records, run_dir, profile.pop(), command)
 
 
 def verdict(comparison: dict[str, Any]) -> str:
