@@ -298,6 +298,17 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
                                                   "run_dir": "20260102T000000Z",
                                                   "command": "make course PROFILE=cpu LESSON=01"}
     assert metrics["over_budget"] == [] and metrics["notebooks"]["00_a.ipynb"]["run_dir"] == "20260101T000000Z"
+    # one seed of a later `reproduce` run, onto the committed file whose run folders are gone
+    (tmp_path / "runs" / "20260101T000000Z" / "runs.json").unlink()
+    seed = run("20260103T000000Z/seed_1", "make reproduce LESSON=02  # seed 1",
+               [{"notebook": "02_c.ipynb", "status": "ok", "seconds": 50.0, "peak_rss_mb": 3000.0}])
+    record = json.loads(record_course_run(seed, onto_committed=True).read_text())
+    assert record["command"] == "make course PROFILE=cpu && make course PROFILE=cpu LESSON=01 && make reproduce LESSON=02  # seed 1"
+    metrics = record["metrics"]
+    assert metrics["notebooks"]["02_c.ipynb"]["run_dir"] == "20260103T000000Z/seed_1" and metrics["failed"] == []
+    assert metrics["notebooks"]["01_b.ipynb"]["seconds"] == 900.0, "the other lessons keep their measured rows"
+    assert metrics["run_dirs"] == ["20260101T000000Z", "20260102T000000Z", "20260103T000000Z/seed_1"]
+    assert metrics["total_seconds"] == pytest.approx(100.0 + 900.0 + 50.0)
 
 
 def test_readme_marks_a_lesson_done_only_by_its_written_rule():

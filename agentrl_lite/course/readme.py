@@ -120,6 +120,12 @@ HEADLINES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "10_kernel_generation_rl": ("held-out operators: fast_0 (correct) / fast_1 (correct and faster than PyTorch)", [
         ("raw", "heldout.raw model.fast_0"), ("SFT", "heldout.SFT.fast_0"), ("SFT + GRPO", "heldout.SFT + GRPO.fast_0"),
         ("fast_1 SFT", "heldout.SFT.fast_1"), ("fast_1 SFT + GRPO", "heldout.SFT + GRPO.fast_1")]),
+    "11_memory_agents": ("held-out exact match of the frozen answer agent, by the bank it reads / on temporal questions", [
+        ("append-only", "heldout.append-only.accuracy"), ("last-write-wins", "heldout.last-write-wins.accuracy"),
+        ("oracle", "heldout.oracle.accuracy"), ("SFT manager", "heldout.SFT.accuracy"),
+        ("SFT + GRPO manager", "heldout.SFT + GRPO.accuracy"),
+        ("temporal append-only", "heldout_temporal.append-only.accuracy"),
+        ("temporal SFT + GRPO", "heldout_temporal.SFT + GRPO.accuracy")]),
 }
 """results file → (what is measured, [(label, dotted metric path)]) for the README's headline table"""
 

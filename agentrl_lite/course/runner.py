@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 import agentrl_lite
 from agentrl_lite.course.exercises import is_check_cell, is_stub_cell
 from agentrl_lite.course.profiles import resolve_profile
-from agentrl_lite.course.results import device_name, write_results
+from agentrl_lite.course.results import device_name, read_results, write_results
 
 KERNEL = "python3"
 
@@ -479,13 +479,15 @@ def _run_name(run_dir: str | Path) -> str:
     return f"{path.parent.name}/{path.name}" if path.name.startswith("seed_") else path.name
 
 
-def record_course_run(*run_dirs: str | Path) -> Path:
+def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Path:
     """Write `results/course_<profile>.json` from whole-course run folders: every notebook's status and wall
     time against its budget, and the total (the README's runtime table reads it; smoke runs go to
     results/smoke/ like every smoke result).
 
     Several folders (oldest first): a later run of a notebook replaces an earlier one, e.g. one lesson rerun
     with `make course LESSON=05` after a change to it; each notebook records the run it comes from.
+    onto_committed: start from the committed file's notebooks (their run folders may be gone: runs/ is not
+    committed), so one lesson's new run updates its row and leaves the others as they were measured.
     """
     summaries = [json.loads((Path(d) / "runs.json").read_text()) for d in run_dirs]
     profiles = {s["profile"] for s in summaries}
@@ -493,14 +495,19 @@ def record_course_run(*run_dirs: str | Path) -> Path:
         raise ValueError(f"record_course_run: runs of different profiles {sorted(profiles)}")
     profile = profiles.pop()
     notebooks: dict[str, dict] = {}
-    for run_dir, summary in zip(run_dirs, summaries, strict=True):
+    earlier: list[str] = []
+    committed = read_results(f"course_{profile}", profile) if onto_committed else None
+    if committed is not None:
+        notebooks, earlier = dict(committed["metrics"]["notebooks"]), list(committed["metrics"]["run_dirs"])
+        summaries = [{"command": committed["command"]}, *summaries]
+    for run_dir, summary in zip(run_dirs, summaries[1 if committed else 0:], strict=True):
         for e in summary["notebooks"]:
             notebooks[e["notebook"]] = {"status": e["status"], "seconds": e["seconds"],
                                         "peak_rss_mb": e.get("peak_rss_mb"), "run_dir": _run_name(run_dir),
                                         "command": summary["command"]}
     notebooks = dict(sorted(notebooks.items()))
     metrics = {
-        "run_dirs": [Path(d).name for d in run_dirs],
+        "run_dirs": list(dict.fromkeys([*earlier, *(_run_name(d) for d in run_dirs)])),
         "budget_seconds_per_notebook": BUDGET_S[profile],
         "notebooks": notebooks,
         "total_seconds": round(sum(n["seconds"] for n in notebooks.values()), 2),
