@@ -496,11 +496,12 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
     profile = profiles.pop()
     notebooks: dict[str, dict] = {}
     earlier: list[str] = []
+    commands = [s["command"] for s in summaries]
     committed = read_results(f"course_{profile}", profile) if onto_committed else None
     if committed is not None:
         notebooks, earlier = dict(committed["metrics"]["notebooks"]), list(committed["metrics"]["run_dirs"])
-        summaries = [{"command": committed["command"]}, *summaries]
-    for run_dir, summary in zip(run_dirs, summaries[1 if committed else 0:], strict=True):
+        commands.insert(0, committed["command"])
+    for run_dir, summary in zip(run_dirs, summaries, strict=True):
         for e in summary["notebooks"]:
             notebooks[e["notebook"]] = {"status": e["status"], "seconds": e["seconds"],
                                         "peak_rss_mb": e.get("peak_rss_mb"), "run_dir": _run_name(run_dir),
@@ -514,7 +515,7 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
         "over_budget": [name for name, n in notebooks.items() if n["seconds"] > BUDGET_S[profile]],
         "failed": [name for name, n in notebooks.items() if n["status"] != "ok"],
     }
-    command = " && ".join(dict.fromkeys(s["command"] for s in summaries))
+    command = " && ".join(dict.fromkeys(commands))
     return write_results(f"course_{profile}", metrics, profile=profile, model="SmolLM2-135M-Instruct (embedded)",
                          seed=0, command=command)
 
