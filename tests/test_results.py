@@ -79,3 +79,14 @@ def test_every_probe_script_a_results_file_names_is_in_the_repository():
             if not any(c.is_file() for c in candidates):
                 missing.append(f"{path.name}: {script}")
     assert not missing, missing
+
+
+def test_a_run_that_writes_elsewhere_still_reads_the_committed_files(tmp_path, monkeypatch):
+    """`reproduce` moves each seed's writes into its run folder; a lesson that quotes another lesson's committed
+    numbers (lesson 08 quotes 06) must still find them there."""
+    from agentrl_lite.course.results import read_results, write_results
+
+    monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path))
+    assert read_results("course_cpu") is not None and read_results("course_cpu", committed=False) is None
+    write_results("99_x", {"a": 1}, profile="cpu", model="m", seed=0, command="c")
+    assert read_results("99_x", committed=False)["metrics"] == {"a": 1} and read_results("99_x") is None

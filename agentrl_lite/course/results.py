@@ -31,10 +31,12 @@ def device_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def results_dir(profile: str) -> Path:
-    """cpu/gpu results are committed under results/; smoke results go to results/smoke/ (ignored by git),
-    so a smoke run never overwrites a real one."""
-    root = Path(os.environ.get("AGENTRL_RESULTS", REPO_ROOT / "results"))
+def results_dir(profile: str, committed: bool = False) -> Path:
+    """Where results of this profile are written: cpu/gpu results under results/, committed; smoke results
+    under results/smoke/ (ignored by git), so a smoke run never overwrites a real one. AGENTRL_RESULTS moves
+    the writes (each seed of `reproduce` writes into its own run folder); committed=True ignores it: where the
+    committed files are."""
+    root = REPO_ROOT / "results" if committed else Path(os.environ.get("AGENTRL_RESULTS", REPO_ROOT / "results"))
     return root / "smoke" if profile == "smoke" else root
 
 
@@ -80,9 +82,11 @@ def write_results(
     return path
 
 
-def read_results(name: str, profile: str | None = None) -> dict[str, Any] | None:
-    """Read a committed results file (cpu/gpu, or smoke when asked); None when it does not exist."""
-    path = results_dir(profile or "cpu") / f"{name}.json"
+def read_results(name: str, profile: str | None = None, committed: bool = True) -> dict[str, Any] | None:
+    """Read a committed results file (cpu/gpu, or smoke when asked); None when it does not exist. A lesson run
+    by `reproduce` writes elsewhere (AGENTRL_RESULTS) and still reads the committed files of other lessons;
+    committed=False reads where this process writes instead."""
+    path = results_dir(profile or "cpu", committed) / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 

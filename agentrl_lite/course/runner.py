@@ -497,7 +497,7 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
     notebooks: dict[str, dict] = {}
     earlier: list[str] = []
     commands = [s["command"] for s in summaries]
-    committed = read_results(f"course_{profile}", profile) if onto_committed else None
+    committed = read_results(f"course_{profile}", profile, committed=False) if onto_committed else None
     if committed is not None:
         notebooks, earlier = dict(committed["metrics"]["notebooks"]), list(committed["metrics"]["run_dirs"])
         commands.insert(0, committed["command"])
