@@ -90,7 +90,8 @@ def test_history_keeps_training_rows_only():
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_trl_runs_our_env_and_reward_with_a_tiny_model(tmp_path):
+@pytest.mark.parametrize("micro_batch_size", [8, 2])  # 2: four accumulated passes per optimizer step
+def test_trl_runs_our_env_and_reward_with_a_tiny_model(tmp_path, micro_batch_size):
     model, tokenizer = tiny_policy(seed=0, init_std=0.5)
     env = ArithmeticEnv(tools=[], instructions="Answer.")
     tasks = read_jsonl(DATA_DIR / "small_arithmetic_train.jsonl")[:8]
@@ -103,9 +104,11 @@ def test_trl_runs_our_env_and_reward_with_a_tiny_model(tmp_path):
                 zip(final_number_reward(prompts, completions, answer=answer), completions, strict=True)]
 
     config = GRPOConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-4, progress=False,
+                        micro_batch_size=micro_batch_size,
                         rollout=RolloutConfig(max_turns=1, max_new_tokens=8, progress=False))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = trl_trainer(model, tokenizer, env, tasks, [reward], config, str(tmp_path), use_cpu=True)
+    assert trainer.args.gradient_accumulation_steps == 8 // micro_batch_size
     trainer.train()
     rows = trl_history(trainer.state.log_history)
     assert [r["step"] for r in rows] == [1, 2]
