@@ -27,7 +27,7 @@ import numpy as np
 
 from agentrl_lite.course.profiles import resolve_profile
 from agentrl_lite.course.results import metric, write_results
-from agentrl_lite.course.runner import BUDGET_S, _environ, _new_run_dir, execute_notebook
+from agentrl_lite.course.runner import BUDGET_S, _environ, _new_run_dir, execute_notebook, write_runs_summary
 from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
 from agentrl_lite.tasks import REPO_ROOT
 
@@ -196,11 +196,7 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
         folder = seed_dir / "smoke" if profile == "smoke" else seed_dir
         records[seed] = json.loads((folder / f"{spec.results}.json").read_text())
         # the same summary a course run writes, so `runner.record_course_run(seed_dir)` can take its runtime
-        (seed_dir / "runs.json").write_text(json.dumps({"profile": profile, "command": f"{command}  # seed {seed}",
-                                                        "notebooks": [{"notebook": spec.notebook, "status": run.status,
-                                                                       "seconds": round(run.seconds, 2),
-                                                                       "peak_rss_mb": run.peak_rss_mb,
-                                                                       "error": None, "errors": []}]}, indent=2) + "\n")
+        write_runs_summary(seed_dir, profile, f"{command}  # seed {seed}", [run])
         if seed == NOTEBOOK_SEED and profile != "smoke":  # this run is the notebook's own committed run too
             write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],
                           seed=seed, command=records[seed]["command"])

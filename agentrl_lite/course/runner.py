@@ -451,25 +451,22 @@ def run_course(
             run = execute_notebook(notebook, run_dir / notebook.name, profile, timeout_per_cell=2 * BUDGET_S[profile])
             runs.append(check_memory(run, MEMORY_BUDGET_MB.get(profile), fail=profile == "smoke"))
     plots = {run.path.stem: extract_plots(run, run_dir / "plots") for run in runs}
-    summary = [
-        {
-            "notebook": run.path.name,
-            "status": run.status,
-            "seconds": round(run.seconds, 2),
-            "peak_rss_mb": run.peak_rss_mb,
-            "heaviest_cells": [{"cell": i, "peak_rss_mb": mb} for i, mb in run.heaviest_cells()],
-            "error": run.error,
-            "errors": [asdict(e) for e in run.errors],
-        }
-        for run in runs
-    ]
-    (run_dir / "runs.json").write_text(
-        json.dumps({"profile": profile, "command": command, "notebooks": summary}, indent=2) + "\n"
-    )
+    write_runs_summary(run_dir, profile, command, runs)
     (run_dir / "report.md").write_text(_report(run_dir, runs, plots, profile, command))
     if only is None:
         record_course_run(run_dir)
     return run_dir
+
+
+def write_runs_summary(run_dir: Path, profile: str, command: str, runs: list[NotebookRun]) -> None:
+    """`run_dir/runs.json`: each notebook's status, wall time, peak memory and heaviest cells, and errors (what
+    `record_course_run` reads)."""
+    summary = [{"notebook": run.path.name, "status": run.status, "seconds": round(run.seconds, 2),
+                "peak_rss_mb": run.peak_rss_mb,
+                "heaviest_cells": [{"cell": i, "peak_rss_mb": mb} for i, mb in run.heaviest_cells()],
+                "error": run.error, "errors": [asdict(e) for e in run.errors]} for run in runs]
+    (run_dir / "runs.json").write_text(
+        json.dumps({"profile": profile, "command": command, "notebooks": summary}, indent=2) + "\n")
 
 
 def _run_name(run_dir: str | Path) -> str:
