@@ -1,7 +1,8 @@
 """Visualisation (reading any stage's output): pictures of training and of single episodes: learning curves, token probabilities, trajectories.
 
 Two kinds of looking, both needed to trust an RL run:
-- curves (`plot_curves`, `plot_bars`, `plot_token_probs`) say *whether* the numbers move;
+- curves (`plot_curves`, `plot_bars`, `plot_token_probs`) say *whether* the numbers move, and
+  `plot_seed_study` whether they move the same way in every seed;
 - tables (`markdown_table`, `show_table`) put the numbers of several runs side by side;
 - trajectories (`episode_html`, `show_episode`, `trajectory_viewer`) say *why*: what the policy wrote
   (green), what the tools answered (orange), and how sure the policy was of each token it sampled.
@@ -95,6 +96,27 @@ def plot_bars(
     ax.set(ylabel=ylabel, title=title)
     if ylim is not None:
         ax.set_ylim(*ylim)
+    return ax
+
+
+def plot_seed_study(summary: dict[str, Any], *, measure: str = "accuracy", ylabel: str = "held-out accuracy",
+                    title: str = "", ax: Any = None) -> Any:
+    """One column per stage of a multi-seed results file (`reproduce`'s `metrics`): each seed's score as a
+    point, joined across stages so a seed's own path shows, and the mean with its 95 % t interval over seeds
+    as a black bar. Where the seeds' lines cross, the ranking of the stages is one seed's luck."""
+    ax = _axes(ax)
+    stages = list(summary["stages"])
+    for s, seed in enumerate(summary["seeds"]):
+        ax.plot(range(len(stages)), [summary["stages"][st][measure]["per_seed"][s] for st in stages], "o-",
+                alpha=0.6, label=f"seed {seed}")
+    for i, st in enumerate(stages):
+        m = summary["stages"][st][measure]
+        ax.errorbar(i + 0.12, m["estimate"], yerr=[[m["estimate"] - m["low"]], [m["high"] - m["estimate"]]],
+                    fmt="s", color="black", capsize=4, label="mean, 95 % t interval" if i == 0 else None)
+    ax.set_xticks(range(len(stages)), stages, rotation=15, ha="right")
+    ax.set(ylabel=ylabel, title=title, ylim=(-0.05, 1.05))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return ax
 
 
