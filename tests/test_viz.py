@@ -18,6 +18,7 @@ from agentrl_lite.viz import (  # noqa: E402
     episode_segments,
     plot_bars,
     plot_curves,
+    plot_seed_study,
     plot_token_probs,
     trajectory_viewer,
 )
@@ -173,6 +174,22 @@ def test_plot_bars_annotates_values():
     assert [t.get_text() for t in ax.texts] == ["0.12", "0.58", "0.71"]
     assert ax.get_ylim() == (0, 1)
     plt.close(ax.figure)
+
+
+def test_plot_seed_study_draws_each_seed_and_the_mean_with_its_interval():
+    ci = lambda xs, lo, hi: {"per_seed": xs, "estimate": sum(xs) / len(xs), "low": lo, "high": hi}
+    summary = {"seeds": [0, 1, 2], "stages": {"SFT": {"accuracy": ci([0.4, 0.5, 0.0], -0.3, 1.0)},
+                                              "RL": {"accuracy": ci([0.6, 0.7, 0.7], 0.5, 0.8)}}}
+    ax = plot_seed_study(summary)
+    seed_lines = [line for line in ax.get_lines() if line.get_label().startswith("seed")]
+    assert [line.get_label() for line in seed_lines] == ["seed 0", "seed 1", "seed 2"]
+    assert [list(line.get_ydata()) for line in seed_lines] == [[0.4, 0.6], [0.5, 0.7], [0.0, 0.7]]
+    bars = ax.containers  # one errorbar per stage: the mean and its interval over seeds
+    assert len(bars) == 2
+    segment = bars[1].lines[2][0].get_segments()[0]
+    assert segment[0][1] == pytest.approx(0.5) and segment[1][1] == pytest.approx(0.8)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["SFT", "RL"]
+    plt.close("all")
 
 
 def test_episode_label_summarises():
