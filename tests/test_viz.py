@@ -177,7 +177,9 @@ def test_plot_bars_annotates_values():
 
 
 def test_plot_seed_study_draws_each_seed_and_the_mean_with_its_interval():
-    ci = lambda xs, lo, hi: {"per_seed": xs, "estimate": sum(xs) / len(xs), "low": lo, "high": hi}
+    def ci(xs, lo, hi):
+        return {"per_seed": xs, "estimate": sum(xs) / len(xs), "low": lo, "high": hi}
+
     summary = {"seeds": [0, 1, 2], "stages": {"SFT": {"accuracy": ci([0.4, 0.5, 0.0], -0.3, 1.0)},
                                               "RL": {"accuracy": ci([0.6, 0.7, 0.7], 0.5, 0.8)}}}
     ax = plot_seed_study(summary)
