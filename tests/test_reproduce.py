@@ -136,5 +136,6 @@ def test_an_earlier_run_is_summarised_again_with_the_current_claims(tmp_path, mo
     assert out["metrics"]["seeds"] == [0, 1] and out["metrics"]["run_dir"] == "20261125T000000Z"
     assert out["metrics"]["comparisons"]["rl vs sft"]["difference_per_seed"] == [0.5, 0.25]
     assert out["metrics"]["seed_commands"] == {"0": "make reproduce  # seed 0", "1": "make reproduce  # seed 1"}
+    assert out["metrics"]["notebook_seconds"] == 101.0, "the lesson's runtime is its slowest seed's"
     with pytest.raises(FileNotFoundError):
         module.resummarise("99", tmp_path / "empty")

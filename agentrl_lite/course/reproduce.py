@@ -210,6 +210,8 @@ def _write_summary(spec: Reproducible, records: dict[int, dict[str, Any]], run_d
     summary["notebook"] = spec.notebook
     summary["seed_commands"] = {str(seed): record["command"] for seed, record in records.items()}
     seeds = sorted(records)
+    # the lesson's runtime against its budget: its slowest seed (every seed's is under scalars when the spec asks)
+    summary["notebook_seconds"] = max(float(records[seed]["metrics"].get("notebook_seconds", 0.0)) for seed in seeds)
     return write_results(f"{spec.results}_seeds", summary, profile=profile, model=records[seeds[0]]["model"],
                          seed=seeds[0], command=command)
 
