@@ -99,22 +99,25 @@ def plot_bars(
     return ax
 
 
-def plot_seed_study(summary: dict[str, Any], *, measure: str = "accuracy", ylabel: str = "held-out accuracy",
-                    title: str = "", ax: Any = None) -> Any:
+def plot_seed_study(summary: dict[str, Any], *, measure: str = "accuracy", scalar: str | None = None,
+                    ylabel: str = "held-out accuracy", title: str = "", ax: Any = None, ylim: Any = (-0.05, 1.05)) -> Any:
     """One column per stage of a multi-seed results file (`reproduce`'s `metrics`): each seed's score as a
     point, joined across stages so a seed's own path shows, and the mean with its 95 % t interval over seeds
-    as a black bar. Where the seeds' lines cross, the ranking of the stages is one seed's luck."""
+    as a black bar. Where the seeds' lines cross, the ranking of the stages is one seed's luck.
+    scalar: instead of a stage's `measure`, a per-seed scalar of the file, its path with `{stage}` in place of the
+    stage's name (e.g. "heldout.{stage}.calls_per_episode")."""
     ax = _axes(ax)
     stages = list(summary["stages"])
+    value = (lambda st: summary["stages"][st][measure]) if scalar is None else \
+        (lambda st: summary["scalars"][scalar.format(stage=st)])
     for s, seed in enumerate(summary["seeds"]):
-        ax.plot(range(len(stages)), [summary["stages"][st][measure]["per_seed"][s] for st in stages], "o-",
-                alpha=0.6, label=f"seed {seed}")
+        ax.plot(range(len(stages)), [value(st)["per_seed"][s] for st in stages], "o-", alpha=0.6, label=f"seed {seed}")
     for i, st in enumerate(stages):
-        m = summary["stages"][st][measure]
+        m = value(st)
         ax.errorbar(i + 0.12, m["estimate"], yerr=[[m["estimate"] - m["low"]], [m["high"] - m["estimate"]]],
                     fmt="s", color="black", capsize=4, label="mean, 95 % t interval" if i == 0 else None)
     ax.set_xticks(range(len(stages)), stages, rotation=15, ha="right")
-    ax.set(ylabel=ylabel, title=title, ylim=(-0.05, 1.05))
+    ax.set(ylabel=ylabel, title=title, ylim=ylim)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return ax

@@ -191,6 +191,10 @@ def test_plot_seed_study_draws_each_seed_and_the_mean_with_its_interval():
     segment = bars[1].lines[2][0].get_segments()[0]
     assert segment[0][1] == pytest.approx(0.5) and segment[1][1] == pytest.approx(0.8)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["SFT", "RL"]
+    summary["scalars"] = {"calls.SFT": ci([1.0, 2.0, 0.0], -1.0, 3.0), "calls.RL": ci([2.0, 2.0, 2.0], 2.0, 2.0)}
+    ax = plot_seed_study(summary, scalar="calls.{stage}", ax=plt.subplots()[1], ylim=None)
+    seed_lines = [line for line in ax.get_lines() if line.get_label().startswith("seed")]
+    assert [list(line.get_ydata()) for line in seed_lines] == [[1.0, 2.0], [2.0, 2.0], [0.0, 2.0]]
     plt.close("all")
 
 
