@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 PROFILE ?= auto
 LESSON ?=
 SEEDS ?= 0 1 2
+SET ?=
 PYTEST_ARGS ?=
 # TORCH_INDEX: a pip index to take torch from before everything else, e.g. PyTorch's CPU-only wheels on a Linux
 # laptop without a GPU (a plain install may bring the CUDA build, gigabytes): see the README's set-up
@@ -32,8 +33,9 @@ course: setup  ## run every lesson (PROFILE=auto|cpu|gpu|smoke; LESSON=04 runs o
 		$(BIN)/agentrl-lite course --profile $(PROFILE) $(if $(LESSON),--only '$(LESSON)_*')
 
 reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 SEEDS="0 1 2"); writes results/<lesson>_seeds.json
-	AGENTRL_COMMAND="make reproduce LESSON=$(LESSON) SEEDS='$(SEEDS)' PROFILE=$(PROFILE)" \
-		$(BIN)/agentrl-lite reproduce $(LESSON) --profile $(PROFILE) --seeds $(SEEDS)
+# SET="SPLIT=validation BETA=0.5" runs a tuning variant instead (results/<lesson>_tune_<...>.json)
+	AGENTRL_COMMAND="make reproduce LESSON=$(LESSON) SEEDS='$(SEEDS)' PROFILE=$(PROFILE)$(if $(SET), SET='$(SET)')" \
+		$(BIN)/agentrl-lite reproduce $(LESSON) --profile $(PROFILE) --seeds $(SEEDS) $(foreach s,$(SET),--set $(s))
 
 test: setup  ## unit tests + every notebook, solution and exercise in the smoke profile
 	$(BIN)/python -m pytest -q --durations=0 --basetemp=.pytest_tmp $(PYTEST_ARGS)  # temporary files stay in the project, not /tmp

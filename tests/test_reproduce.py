@@ -139,3 +139,36 @@ def test_an_earlier_run_is_summarised_again_with_the_current_claims(tmp_path, mo
     assert out["metrics"]["notebook_seconds"] == 101.0, "the lesson's runtime is its slowest seed's"
     with pytest.raises(FileNotFoundError):
         module.resummarise("99", tmp_path / "empty")
+
+
+def test_a_tuning_variant_is_named_by_its_parameters_and_never_read_as_the_lessons_claim():
+    from agentrl_lite.course.reproduce import parse_parameter, variant_name
+
+    assert variant_name("07_x", None) == variant_name("07_x", {}) == "07_x_seeds"
+    name = variant_name("07_x", {"SPLIT": "validation", "BETA": 0.5})
+    assert name == "07_x_tune_beta-0.5_split-validation" and not name.endswith("_seeds")
+    with pytest.raises(ValueError):
+        variant_name("07_x", {"SPLIT": "../heldout"})
+    assert parse_parameter("BETA=0.5") == ("BETA", 0.5)
+    assert parse_parameter("SPLIT=validation") == ("SPLIT", "validation")
+    assert parse_parameter("SKIP=True") == ("SKIP", True) and parse_parameter("MODEL=none") == ("MODEL", None)
+    for bad in ("BETA", "beta=0.5", "=3"):
+        with pytest.raises(ValueError):
+            parse_parameter(bad)
+
+
+def test_a_gpu_run_is_summarised_from_its_seeds_gpu_folders(tmp_path, monkeypatch):
+    import json
+
+    from agentrl_lite.course import reproduce as module
+
+    run_dir = tmp_path / "runs" / "20261126T000000Z"
+    for seed in (0, 1):
+        (run_dir / f"seed_{seed}" / "gpu").mkdir(parents=True)
+        rec = {**record([0, 0, 1, 0], [1, 0, 1, 1], 10.0), "profile": "gpu", "command": "c"}
+        (run_dir / f"seed_{seed}" / "gpu" / "x.json").write_text(json.dumps(rec))
+    monkeypatch.setitem(module.LESSONS, "99", SPEC)
+    monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
+    path = module.resummarise("99", run_dir)
+    assert path == tmp_path / "results" / "gpu" / "x_seeds.json"
+    assert json.loads(path.read_text())["metrics"]["seeds"] == [0, 1]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-COMMITTED = sorted(RESULTS.glob("*.json"))  # results/smoke/ is git-ignored: smoke runs are never quoted
+COMMITTED = sorted([*RESULTS.glob("*.json"), *RESULTS.glob("gpu/*.json")])  # results/smoke/ is git-ignored: never quoted
 
 
 def test_there_are_committed_results():
@@ -90,3 +90,13 @@ def test_a_run_that_writes_elsewhere_still_reads_the_committed_files(tmp_path, m
     assert read_results("course_cpu") is not None and read_results("course_cpu", committed=False) is None
     write_results("99_x", {"a": 1}, profile="cpu", model="m", seed=0, command="c")
     assert read_results("99_x", committed=False)["metrics"] == {"a": 1} and read_results("99_x") is None
+
+
+def test_gpu_and_smoke_runs_never_overwrite_the_cpu_results_the_lessons_quote(tmp_path, monkeypatch):
+    from agentrl_lite.course.results import read_results, write_results
+
+    monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path))
+    paths = {p: write_results("99_x", {"p": p}, profile=p, model="m", seed=0, command="c") for p in ("cpu", "gpu", "smoke")}
+    assert paths == {"cpu": tmp_path / "99_x.json", "gpu": tmp_path / "gpu" / "99_x.json",
+                     "smoke": tmp_path / "smoke" / "99_x.json"}
+    assert {p: read_results("99_x", p, committed=False)["metrics"]["p"] for p in paths} == {p: p for p in paths}

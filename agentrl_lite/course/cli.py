@@ -48,8 +48,12 @@ def _reproduce(args: argparse.Namespace) -> int:
         print(f"Summary: {resummarise(args.lesson, args.from_run)}")
         return 0
     try:
-        run_dir, path = reproduce(args.lesson, args.seeds, profile=args.profile, out_root=args.out)
-    except RuntimeError as exc:
+        from agentrl_lite.course.reproduce import parse_parameter
+
+        parameters = dict(parse_parameter(text) for text in args.set)
+        run_dir, path = reproduce(args.lesson, args.seeds, profile=args.profile, out_root=args.out,
+                                  parameters=parameters)
+    except (RuntimeError, ValueError) as exc:
         print(exc)
         return 1
     print(f"Runs: {run_dir}\nSummary: {path}")
@@ -141,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
     reproduce.add_argument("--profile", default="auto", choices=["auto", "smoke", "cpu", "gpu"])
     reproduce.add_argument("--out", default="runs", help="folder that receives the run folder (default: runs)")
+    reproduce.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                           help="another value for a notebook parameter, e.g. --set SPLIT=validation --set BETA=0.5: "
+                                "a tuning variant, written to results/<lesson results>_tune_<...>.json")
     reproduce.add_argument("--from-run", default=None, metavar="RUN_DIR",
                            help="run no notebook: summarise an earlier run folder again with the lesson's current claims")
     reproduce.set_defaults(func=_reproduce)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from agentrl_lite.course.profiles import resolve_profile
-from agentrl_lite.course.results import metric, write_results
+from agentrl_lite.course.results import metric, profile_folder, write_results
 from agentrl_lite.course.runner import BUDGET_S, _environ, _new_run_dir, execute_notebook, write_runs_summary
 from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
 from agentrl_lite.tasks import REPO_ROOT
@@ -171,40 +171,71 @@ def summarise(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[st
     return summary
 
 
+def variant_name(results: str, parameters: dict[str, Any] | None) -> str:
+    """The results name of a multi-seed run: `<results>_seeds` for the lesson as committed, and
+    `<results>_tune_<name>-<value>_...` for a variant (parameters set on the command line, e.g. a tuning probe
+    with SPLIT="validation"). A variant's name does not end in `_seeds`, so the README's claims never read it."""
+    if not parameters:
+        return f"{results}_seeds"
+    tag = "_".join(f"{key.lower()}-{value}" for key, value in sorted(parameters.items()))
+    if not all(c.isalnum() or c in "._-" for c in tag):
+        raise ValueError(f"parameter values must be plain words or numbers to name a results file: {parameters}")
+    return f"{results}_tune_{tag}"
+
+
+def parse_parameter(text: str) -> tuple[str, Any]:
+    """NAME=VALUE from the command line → (NAME, value): a number, true/false/none, or else the text itself."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.isidentifier() or not name.isupper():
+        raise ValueError(f"expected NAME=VALUE with an upper-case notebook parameter name, got {text!r}")
+    try:
+        value: Any = json.loads(raw.lower() if raw.lower() in ("true", "false") else raw)
+    except json.JSONDecodeError:
+        value = None if raw.lower() == "none" else raw
+    return name, value
+
+
 def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: str | Path = "runs",
-              notebooks_dir: str | Path = REPO_ROOT / "notebooks") -> tuple[Path, Path]:
+              notebooks_dir: str | Path = REPO_ROOT / "notebooks",
+              parameters: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """Run a lesson's notebook once per seed and write its multi-seed results file; returns (run folder,
     results file). A seed whose notebook fails stops the command: a summary over the seeds that happened to
-    work would hide the failure."""
+    work would hide the failure.
+
+    parameters: other values for the notebook's "parameters" cell (e.g. {"SPLIT": "validation", "BETA": 0.5}):
+    a variant, written to `variant_name(...)`; it never replaces the lesson's committed results file."""
     if lesson not in LESSONS:
         raise KeyError(f"lesson {lesson!r} cannot be reproduced yet; choose one of {sorted(LESSONS)}")
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ValueError(f"seeds must be distinct and at least one: {seeds}")
+    if parameters and "SEED" in parameters:
+        raise ValueError("SEED is set by --seeds, not as a parameter")
     spec = LESSONS[lesson]
     profile = resolve_profile(profile)
+    settings = "".join(f" --set {key}={value}" for key, value in sorted((parameters or {}).items()))
     command = os.environ.get("AGENTRL_COMMAND") or (
-        f"agentrl-lite reproduce {lesson} --profile {profile} --seeds {' '.join(map(str, seeds))}")
+        f"agentrl-lite reproduce {lesson} --profile {profile} --seeds {' '.join(map(str, seeds))}{settings}")
     run_dir = _new_run_dir(Path(out_root))
     records: dict[int, dict[str, Any]] = {}
     for seed in seeds:
         seed_dir = (run_dir / f"seed_{seed}").resolve()
         with _environ({"AGENTRL_RESULTS": str(seed_dir), "AGENTRL_COMMAND": f"{command}  # seed {seed}"}):
             run = execute_notebook(Path(notebooks_dir) / spec.notebook, seed_dir / spec.notebook, profile,
-                                   timeout_per_cell=2 * BUDGET_S[profile], parameters={"SEED": seed})
+                                   timeout_per_cell=2 * BUDGET_S[profile],
+                                   parameters={**(parameters or {}), "SEED": seed})
         if run.status != "ok":
             raise RuntimeError(f"seed {seed}: {spec.notebook} failed ({run.error}); executed copy in {seed_dir}")
-        folder = seed_dir / "smoke" if profile == "smoke" else seed_dir
-        records[seed] = json.loads((folder / f"{spec.results}.json").read_text())
+        records[seed] = json.loads((profile_folder(seed_dir, profile) / f"{spec.results}.json").read_text())
         # the same summary a course run writes, so `runner.record_course_run(seed_dir)` can take its runtime
         write_runs_summary(seed_dir, profile, f"{command}  # seed {seed}", [run])
-        if seed == NOTEBOOK_SEED and profile != "smoke":  # this run is the notebook's own committed run too
+        if seed == NOTEBOOK_SEED and profile != "smoke" and not parameters:  # the notebook's own committed run too
             write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],
                           seed=seed, command=records[seed]["command"])
-    return run_dir, _write_summary(spec, records, run_dir, profile, command)
+    return run_dir, _write_summary(spec, records, run_dir, profile, command, variant_name(spec.results, parameters))
 
 
 def _write_summary(spec: Reproducible, records: dict[int, dict[str, Any]], run_dir: Path, profile: str,
-                   command: str) -> Path:
+                   command: str, name: str | None = None) -> Path:
     summary = summarise(spec, records)
     summary["run_dir"] = run_dir.name
     summary["notebook"] = spec.notebook
@@ -212,7 +243,7 @@ def _write_summary(spec: Reproducible, records: dict[int, dict[str, Any]], run_d
     seeds = sorted(records)
     # the lesson's runtime against its budget: its slowest seed (every seed's is under scalars when the spec asks)
     summary["notebook_seconds"] = max(float(records[seed]["metrics"].get("notebook_seconds", 0.0)) for seed in seeds)
-    return write_results(f"{spec.results}_seeds", summary, profile=profile, model=records[seeds[0]]["model"],
+    return write_results(name or f"{spec.results}_seeds", summary, profile=profile, model=records[seeds[0]]["model"],
                          seed=seeds[0], command=command)
 
 
@@ -221,8 +252,12 @@ def resummarise(lesson: str, run_dir: str | Path) -> Path:
     (`LESSONS`), without running a notebook: a claim added after the runs needs no new runs. Reads
     run_dir/seed_<n>/<results>.json; returns the multi-seed results file."""
     spec, run_dir = LESSONS[lesson], Path(run_dir)
-    records = {int(folder.name.removeprefix("seed_")): json.loads((folder / f"{spec.results}.json").read_text())
-               for folder in sorted(run_dir.glob("seed_*")) if (folder / f"{spec.results}.json").is_file()}
+    records = {}
+    for folder in sorted(run_dir.glob("seed_*")):  # a cpu seed writes into its folder, a gpu seed into folder/gpu
+        found = [path for path in (folder / f"{spec.results}.json", folder / "gpu" / f"{spec.results}.json")
+                 if path.is_file()]
+        if found:
+            records[int(folder.name.removeprefix("seed_"))] = json.loads(found[0].read_text())
     if not records:
         raise FileNotFoundError(f"no seed_<n>/{spec.results}.json under {run_dir}: is it a `reproduce {lesson}` run?")
     profile = {record["profile"] for record in records.values()}

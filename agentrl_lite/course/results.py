@@ -32,12 +32,19 @@ def device_name() -> str:
 
 
 def results_dir(profile: str, committed: bool = False) -> Path:
-    """Where results of this profile are written: cpu/gpu results under results/, committed; smoke results
-    under results/smoke/ (ignored by git), so a smoke run never overwrites a real one. AGENTRL_RESULTS moves
+    """Where results of this profile are written: cpu results under results/ and gpu results under results/gpu/,
+    both committed; smoke results under results/smoke/ (ignored by git), so a smoke run never overwrites a real
+    one and a gpu run never overwrites the cpu numbers the lessons quote. AGENTRL_RESULTS moves
     the writes (each seed of `reproduce` writes into its own run folder); committed=True ignores it: where the
     committed files are."""
     root = REPO_ROOT / "results" if committed else Path(os.environ.get("AGENTRL_RESULTS", REPO_ROOT / "results"))
-    return root / "smoke" if profile == "smoke" else root
+    return profile_folder(root, profile)
+
+
+def profile_folder(root: Path, profile: str) -> Path:
+    """The folder under a results root that holds one profile's files: root itself for cpu, root/<profile> for
+    smoke and gpu."""
+    return root / profile if profile in ("smoke", "gpu") else root
 
 
 def current_command() -> str:
