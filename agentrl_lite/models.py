@@ -102,13 +102,16 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> torch.dtype:
-    """fp32 on CPU (the policy trains in fp32 there; the trainer can sample with a bf16 copy, see
-    `fast_sampler_dtype`), bf16 on a GPU that supports it."""
+    """"auto" is fp32 on every device: the policy's weights are the optimiser's master weights.
+
+    A policy stored in bf16 cannot take the small steps RL makes: bf16 keeps 8 significant bits, so a weight
+    of 0.05 moves in steps of 2.4e-4, and AdamW's step at lr 1e-5 (about 1e-5 per weight) rounds to no change
+    at all. Speed comes from elsewhere: bf16 autocast in the loss pass and a bf16 sampling copy
+    (`fast_sampler_dtype`), on CPU and GPU alike. `device` is accepted for callers that pass it.
+    """
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        if device is not None and device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
         return torch.float32
     return getattr(torch, dtype)
 
@@ -116,11 +119,15 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
 def fast_sampler_dtype(device: torch.device | str = "cpu") -> str | None:
     """The dtype of a sampling copy worth making for a policy on `device`, or None.
 
-    On a CPU with bf16 instructions a bf16 copy decodes about 1.6× faster than the fp32 policy: decoding reads
-    every weight once per token, and bf16 halves the bytes (results/bench_grpo_step.json). On a CPU without
-    them bf16 is emulated and slower, and on a GPU the policy is already bf16: None there.
+    Decoding reads every weight once per token, and bf16 halves the bytes: on a CPU with bf16 instructions a
+    bf16 copy decodes about 1.6× faster than the fp32 policy (results/bench_grpo_step.json), and a GPU with
+    bf16 support runs bf16 matrix products at its full rate. On a CPU without bf16 instructions bf16 is
+    emulated and slower: None there.
     """
-    if torch.device(device).type != "cpu":
+    device = torch.device(device)
+    if device.type == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else None
+    if device.type != "cpu":
         return None
     return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
 
@@ -150,7 +157,8 @@ def load_policy(
         name_or_path: None or "embedded" for the embedded SmolLM2-135M-Instruct; else a Hugging Face id
             (e.g. "Qwen/Qwen2.5-0.5B-Instruct", needs a hub) or a local checkpoint directory.
         device: "auto" (cuda when available), "cpu", "cuda", "cuda:1", ...
-        dtype: "auto" (fp32 on CPU, bf16 on GPU), "float32", "bfloat16", or a torch.dtype.
+        dtype: "auto" (fp32, the trainable master weights; see `resolve_dtype`), "float32", "bfloat16", or a
+            torch.dtype.
         lora: None for full fine-tuning, else keyword arguments of `peft.LoraConfig`
             (e.g. {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}).
 

@@ -117,3 +117,29 @@ def test_training_loops_let_go_of_gradients_and_optimizer_state():
     trainer.train()
     assert stepped, "the step must reach the optimizer for this test to mean anything"
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_policy_keeps_fp32_master_weights_on_every_device_and_samples_in_bf16_on_a_gpu(monkeypatch):
+    """A bf16 policy cannot take RL's small steps: an AdamW step at lr 1e-5 rounds away (the GPU profile trained
+    nothing before the policy stayed fp32 there)."""
+    import torch
+
+    from agentrl_lite.models import fast_sampler_dtype, resolve_dtype
+
+    for device in ("cpu", "cuda"):
+        assert resolve_dtype("auto", torch.device(device)) == torch.float32
+    assert resolve_dtype("bfloat16") == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert fast_sampler_dtype("cuda") == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert fast_sampler_dtype("cuda:0") is None
+    # why: the same AdamW step moves fp32 weights and leaves bf16 weights where they were
+    moved = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        weight = torch.nn.Parameter(torch.full((64,), 0.05, dtype=dtype))
+        before = weight.detach().clone()
+        optimizer = torch.optim.AdamW([weight], lr=1e-5, weight_decay=0.0)
+        weight.grad = torch.randn(64, dtype=dtype)
+        optimizer.step()
+        moved[dtype] = (weight.detach() != before).float().mean().item()
+    assert moved[torch.float32] == 1.0 and moved[torch.bfloat16] == 0.0
