@@ -199,6 +199,14 @@ def test_notebook_is_stored_clean_with_a_parameters_cell(relpath: str) -> None:
     assert 'PROFILE = os.environ.get("AGENTRL_PROFILE", "auto")' in first_code.source
     ids = [c.get("id") for c in json.loads((REPO / relpath).read_text())["cells"]]
     assert all(ids) and len(set(ids)) == len(ids), "every cell needs its own id (nbformat 4.5; else every run warns)"
+    # papermill parses every assignment of the cell (else each run warns "Unable to parse line" and `--set` of that
+    # name warns "Passed unknown parameter"); a comment holding "=" is what it cannot parse
+    from papermill.translators import PythonTranslator
+
+    assigned = [line.split("=", 1)[0].strip() for line in first_code.source.splitlines()
+                if "=" in line and not line.startswith((" ", "#", "import"))]
+    parsed = [p.name for p in PythonTranslator.inspect({"source": first_code.source})]
+    assert parsed == assigned, f"papermill reads {parsed} of the parameters {assigned}: no '=' inside their comments"
 
 
 @pytest.mark.parametrize("relpath", NOTEBOOKS)
