@@ -172,3 +172,27 @@ def test_a_gpu_run_is_summarised_from_its_seeds_gpu_folders(tmp_path, monkeypatc
     path = module.resummarise("99", run_dir)
     assert path == tmp_path / "results" / "gpu" / "x_seeds.json"
     assert json.loads(path.read_text())["metrics"]["seeds"] == [0, 1]
+
+
+def test_tuning_variants_are_summarised_with_their_parameters_and_listed_for_the_lesson(tmp_path, monkeypatch):
+    import json
+
+    from agentrl_lite.course import reproduce as module
+
+    run_dir = tmp_path / "runs" / "20261126T000000Z"
+    (run_dir / "seed_0").mkdir(parents=True)
+    rec = {**record([0, 0, 1, 0], [1, 0, 1, 1], 10.0), "profile": "cpu", "command": "c"}
+    (run_dir / "seed_0" / "x.json").write_text(json.dumps(rec))
+    monkeypatch.setitem(module.LESSONS, "99", SPEC)
+    monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
+    monkeypatch.delenv("AGENTRL_COMMAND", raising=False)
+    path = module.resummarise("99", run_dir, {"BETA": 0.5, "SPLIT": "validation"})
+    assert path.name == "x_tune_beta-0.5_split-validation.json"
+    out = json.loads(path.read_text())
+    assert out["metrics"]["parameters"] == {"BETA": 0.5, "SPLIT": "validation"}
+    assert out["command"].endswith("--from-run " + str(run_dir) + " --set BETA=0.5 --set SPLIT=validation")
+    rows = module.tuning_rows("x", {"rl accuracy": ("stages", "rl", "accuracy", "per_seed"), "absent": ("nope",)},
+                              tmp_path / "results")
+    assert rows == [{"settings": "BETA=0.5, SPLIT=validation", "seeds": "0", "date": out["date"][:10],
+                     "rl accuracy": "0.75", "absent": None}]
+    assert module.tuning_rows("y", {}, tmp_path / "results") == []

@@ -39,18 +39,20 @@ def _course(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from agentrl_lite.course.reproduce import LESSONS, reproduce, resummarise
+    from agentrl_lite.course.reproduce import LESSONS, parse_parameter, reproduce, resummarise
 
     if args.lesson not in LESSONS:
         print(f"lesson {args.lesson} cannot be reproduced yet; choose one of {', '.join(sorted(LESSONS))}")
         return 2
+    try:
+        parameters = dict(parse_parameter(text) for text in args.set)
+    except ValueError as exc:
+        print(exc)
+        return 2
     if args.from_run:
-        print(f"Summary: {resummarise(args.lesson, args.from_run)}")
+        print(f"Summary: {resummarise(args.lesson, args.from_run, parameters)}")
         return 0
     try:
-        from agentrl_lite.course.reproduce import parse_parameter
-
-        parameters = dict(parse_parameter(text) for text in args.set)
         run_dir, path = reproduce(args.lesson, args.seeds, profile=args.profile, out_root=args.out,
                                   parameters=parameters)
     except (RuntimeError, ValueError) as exc:

@@ -231,26 +231,28 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
         if seed == NOTEBOOK_SEED and profile != "smoke" and not parameters:  # the notebook's own committed run too
             write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],
                           seed=seed, command=records[seed]["command"])
-    return run_dir, _write_summary(spec, records, run_dir, profile, command, variant_name(spec.results, parameters))
+    return run_dir, _write_summary(spec, records, run_dir, profile, command, parameters)
 
 
 def _write_summary(spec: Reproducible, records: dict[int, dict[str, Any]], run_dir: Path, profile: str,
-                   command: str, name: str | None = None) -> Path:
+                   command: str, parameters: dict[str, Any] | None = None) -> Path:
     summary = summarise(spec, records)
     summary["run_dir"] = run_dir.name
+    summary["parameters"] = dict(parameters or {})  # the notebook parameters set besides SEED ({}: as committed)
     summary["notebook"] = spec.notebook
     summary["seed_commands"] = {str(seed): record["command"] for seed, record in records.items()}
     seeds = sorted(records)
     # the lesson's runtime against its budget: its slowest seed (every seed's is under scalars when the spec asks)
     summary["notebook_seconds"] = max(float(records[seed]["metrics"].get("notebook_seconds", 0.0)) for seed in seeds)
-    return write_results(name or f"{spec.results}_seeds", summary, profile=profile, model=records[seeds[0]]["model"],
+    return write_results(variant_name(spec.results, parameters), summary, profile=profile, model=records[seeds[0]]["model"],
                          seed=seeds[0], command=command)
 
 
-def resummarise(lesson: str, run_dir: str | Path) -> Path:
+def resummarise(lesson: str, run_dir: str | Path, parameters: dict[str, Any] | None = None) -> Path:
     """Summarise the seed runs of an earlier `reproduce` again with the lesson's current claims and measures
     (`LESSONS`), without running a notebook: a claim added after the runs needs no new runs. Reads
-    run_dir/seed_<n>/<results>.json; returns the multi-seed results file."""
+    run_dir/seed_<n>/<results>.json; returns the multi-seed results file. parameters: those the runs were made
+    with, for a tuning variant (its results name, `variant_name`)."""
     spec, run_dir = LESSONS[lesson], Path(run_dir)
     records = {}
     for folder in sorted(run_dir.glob("seed_*")):  # a cpu seed writes into its folder, a gpu seed into folder/gpu
@@ -263,8 +265,9 @@ def resummarise(lesson: str, run_dir: str | Path) -> Path:
     profile = {record["profile"] for record in records.values()}
     if len(profile) != 1:
         raise ValueError(f"the seeds of {run_dir} ran in different profiles: {sorted(profile)}")
-    command = os.environ.get("AGENTRL_COMMAND") or f"agentrl-lite reproduce {lesson} --from-run {run_dir}"
-    return _write_summary(spec, records, run_dir, profile.pop(), command)
+    settings = "".join(f" --set {key}={value}" for key, value in sorted((parameters or {}).items()))
+    command = os.environ.get("AGENTRL_COMMAND") or f"agentrl-lite reproduce {lesson} --from-run {run_dir}{settings}"
+    return _write_summary(spec, records, run_dir, profile.pop(), command, parameters)
 
 
 def verdict(comparison: dict[str, Any]) -> str:
@@ -319,3 +322,26 @@ def comparison_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
              "over items [95% paired bootstrap]": _interval(c["paired_bootstrap_over_items"]),
              "McNemar p per seed": ", ".join(f"{m['p_value']:.2g}" for m in c["mcnemar_per_seed"]),
              "verdict": verdict(c)} for name, c in summary["comparisons"].items()]
+
+
+def tuning_rows(results: str, measures: dict[str, tuple[str, ...]],
+                results_dir: str | Path = REPO_ROOT / "results") -> list[dict[str, Any]]:
+    """One row per tuning variant of a lesson (`results/<results>_tune_*.json`, `make reproduce SET=...`): its
+    parameters, seeds, date and each measure's value per seed, for a lesson's "how we got here" table.
+
+    measures: label → key path into the summary, e.g. {"OTC accuracy": ("stages", "GRPO, OTC reward", "accuracy",
+    "per_seed")} (a path of keys, since the summary's keys may hold dots)."""
+    rows = []
+    for path in sorted(Path(results_dir).glob(f"{results}_tune_*.json")):
+        record = json.loads(path.read_text())
+        summary = record["metrics"]
+        row: dict[str, Any] = {"settings": ", ".join(f"{k}={v}" for k, v in summary.get("parameters", {}).items())
+                               or path.stem.removeprefix(f"{results}_tune_"),
+                               "seeds": ", ".join(map(str, summary["seeds"])), "date": record["date"][:10]}
+        for label, keys in measures.items():
+            value: Any = summary
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            row[label] = ", ".join(f"{v:.2f}" for v in value) if isinstance(value, list) else value
+        rows.append(row)
+    return rows
