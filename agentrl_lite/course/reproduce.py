@@ -195,6 +195,11 @@ def parse_parameter(text: str) -> tuple[str, Any]:
     return name, value
 
 
+def _settings(parameters: dict[str, Any] | None) -> str:
+    """The command line's ` --set NAME=VALUE` options for `parameters` (a command that reruns the variant)."""
+    return "".join(f" --set {key}={value}" for key, value in sorted((parameters or {}).items()))
+
+
 def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: str | Path = "runs",
               notebooks_dir: str | Path = REPO_ROOT / "notebooks",
               parameters: dict[str, Any] | None = None) -> tuple[Path, Path]:
@@ -212,9 +217,8 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
         raise ValueError("SEED is set by --seeds, not as a parameter")
     spec = LESSONS[lesson]
     profile = resolve_profile(profile)
-    settings = "".join(f" --set {key}={value}" for key, value in sorted((parameters or {}).items()))
     command = os.environ.get("AGENTRL_COMMAND") or (
-        f"agentrl-lite reproduce {lesson} --profile {profile} --seeds {' '.join(map(str, seeds))}{settings}")
+        f"agentrl-lite reproduce {lesson} --profile {profile} --seeds {' '.join(map(str, seeds))}{_settings(parameters)}")
     run_dir = _new_run_dir(Path(out_root))
     records: dict[int, dict[str, Any]] = {}
     for seed in seeds:
@@ -256,7 +260,7 @@ def resummarise(lesson: str, run_dir: str | Path, parameters: dict[str, Any] | N
     spec, run_dir = LESSONS[lesson], Path(run_dir)
     records = {}
     for folder in sorted(run_dir.glob("seed_*")):  # a cpu seed writes into its folder, a gpu seed into folder/gpu
-        found = [path for path in (folder / f"{spec.results}.json", folder / "gpu" / f"{spec.results}.json")
+        found = [path for path in (profile_folder(folder, p) / f"{spec.results}.json" for p in ("cpu", "gpu"))
                  if path.is_file()]
         if found:
             records[int(folder.name.removeprefix("seed_"))] = json.loads(found[0].read_text())
@@ -265,8 +269,7 @@ def resummarise(lesson: str, run_dir: str | Path, parameters: dict[str, Any] | N
     profile = {record["profile"] for record in records.values()}
     if len(profile) != 1:
         raise ValueError(f"the seeds of {run_dir} ran in different profiles: {sorted(profile)}")
-    settings = "".join(f" --set {key}={value}" for key, value in sorted((parameters or {}).items()))
-    command = os.environ.get("AGENTRL_COMMAND") or f"agentrl-lite reproduce {lesson} --from-run {run_dir}{settings}"
+    command = os.environ.get("AGENTRL_COMMAND") or f"agentrl-lite reproduce {lesson} --from-run {run_dir}{_settings(parameters)}"
     return _write_summary(spec, records, run_dir, profile.pop(), command, parameters)
 
 
