@@ -165,13 +165,15 @@ def test_a_gpu_run_is_summarised_from_its_seeds_gpu_folders(tmp_path, monkeypatc
     run_dir = tmp_path / "runs" / "20261126T000000Z"
     for seed in (0, 1):
         (run_dir / f"seed_{seed}" / "gpu").mkdir(parents=True)
-        rec = {**record([0, 0, 1, 0], [1, 0, 1, 1], 10.0), "profile": "gpu", "command": "c"}
+        rec = {**record([0, 0, 1, 0], [1, 0, 1, 1], 10.0), "profile": "gpu", "command": "c", "device": "NVIDIA Z"}
         (run_dir / f"seed_{seed}" / "gpu" / "x.json").write_text(json.dumps(rec))
     monkeypatch.setitem(module.LESSONS, "99", SPEC)
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
     path = module.resummarise("99", run_dir)
     assert path == tmp_path / "results" / "gpu" / "x_seeds.json"
-    assert json.loads(path.read_text())["metrics"]["seeds"] == [0, 1]
+    summary = json.loads(path.read_text())
+    assert summary["metrics"]["seeds"] == [0, 1]
+    assert summary["device"] == "NVIDIA Z", "the summary names the machine the seeds ran on, not this one"
 
 
 def test_tuning_variants_are_summarised_with_their_parameters_and_listed_for_the_lesson(tmp_path, monkeypatch):

@@ -248,8 +248,10 @@ def _write_summary(spec: Reproducible, records: dict[int, dict[str, Any]], run_d
     seeds = sorted(records)
     # the lesson's runtime against its budget: its slowest seed (every seed's is under scalars when the spec asks)
     summary["notebook_seconds"] = max(float(records[seed]["metrics"].get("notebook_seconds", 0.0)) for seed in seeds)
+    # the machine the seeds ran on, not the one summarising them (a gpu run is summarised back on the cpu machine)
+    devices = list(dict.fromkeys(str(records[seed].get("device")) for seed in seeds if records[seed].get("device")))
     return write_results(variant_name(spec.results, parameters), summary, profile=profile, model=records[seeds[0]]["model"],
-                         seed=seeds[0], command=command)
+                         seed=seeds[0], command=command, device=" / ".join(devices) or None)
 
 
 def resummarise(lesson: str, run_dir: str | Path, parameters: dict[str, Any] | None = None) -> Path:

