@@ -46,6 +46,10 @@ class SFTConfig:
     share counted once; gradient accumulation, so the loss and gradient are the batch's): the pass's activations
     take about 1 MB per token for SmolLM2-135M, so this bounds the memory of long conversations. None: the whole
     batch in one pass"""
+    gradient_checkpointing: bool = False
+    """keep no decoder layer's activations for the backward pass, only its input, and run the layer again when
+    the backward pass needs them (`logprobs.checkpointed_layers`): the same loss and gradient in less memory and
+    more time (the lesson that sets it says how much)"""
 
 
 def tokenize_conversation(
@@ -120,7 +124,8 @@ def sft(
                 attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=device)
                 labels_mask = torch.tensor([m + [0] * (width - len(m)) for _, m in part], device=device)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
-                    logprobs = token_logprobs(model, input_ids, attention, labels_mask)
+                    logprobs = token_logprobs(model, input_ids, attention, labels_mask,
+                                              checkpoint=config.gradient_checkpointing)
                 loss = -logprobs.sum() / n_labels  # this pass's share of the mean NLL over the batch's assistant tokens
                 loss.backward()
                 total += loss.item()

@@ -488,3 +488,33 @@ def test_skipping_zero_advantage_episodes_keeps_the_gradient(tmp_path):
             assert sum(calls) <= 4 + 2, "the zero-advantage group must not be run (4 rows, plus shared prefixes)"
     assert (grads[0] - grads[1]).norm() <= 1e-4 * grads[0].norm()
     assert metrics[0]["loss"] == pytest.approx(metrics[1]["loss"], rel=1e-4, abs=1e-7)
+
+
+def test_gradient_checkpointing_trains_the_same_steps_in_the_trainer_and_in_sft(tmp_path, monkeypatch):
+    """The switch trades time for memory only: two GRPO steps (the group's shared prompt run once, then the rows)
+    and two SFT steps reach the same weights and losses as without it, and the switch reaches the loss pass."""
+    from agentrl_lite import logprobs
+    from agentrl_lite.sft import SFTConfig, sft
+    from agentrl_lite.tasks.arithmetic import calculator_demonstration
+
+    entered = []
+    wrapped = logprobs.checkpointed_layers
+    monkeypatch.setattr(logprobs, "checkpointed_layers", lambda model: entered.append(1) or wrapped(model))
+    runs = {}
+    for checkpoint in (False, True):
+        trainer = make_trainer(tmp_path / str(checkpoint), gradient_checkpointing=checkpoint)
+        trainer.train(steps=2)
+        runs[checkpoint] = params(trainer.model), [r["loss"] for r in trainer.history]
+    assert entered, "gradient_checkpointing=True never reached the loss pass"
+    entered.clear()
+    assert runs[True][1] == pytest.approx(runs[False][1], abs=1e-6)
+    for name, weight in runs[False][0].items():
+        torch.testing.assert_close(runs[True][0][name], weight, atol=1e-5, rtol=0)
+    env, losses = ArithmeticEnv(), {}
+    conversations = [env.prompt(t)[:1] + calculator_demonstration(t) for t in TASKS[:4]]
+    for checkpoint in (False, True):
+        model, tokenizer = tiny_policy(seed=0)
+        losses[checkpoint] = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
+                                 SFTConfig(steps=2, batch_size=4, progress=False, gradient_checkpointing=checkpoint))
+    assert entered, "SFTConfig(gradient_checkpointing=True) never reached the loss pass"
+    assert losses[True] == pytest.approx(losses[False], abs=1e-5)

@@ -63,3 +63,43 @@ def test_the_shared_prefix_pass_equals_running_every_row_whole(first_scored):
     torch.testing.assert_close(results[True][1], results[False][1], atol=5e-5, rtol=0)
     for name, grad in results[False][2].items():
         assert (results[True][2][name] - grad).norm() <= 1e-4 * grad.norm() + 1e-6, name
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_checkpointed_layers_give_the_same_values_and_gradients_and_keep_fewer_activations(share):
+    """checkpoint=True recomputes each layer in the backward pass: the same log-probabilities and gradients as the
+    plain pass (with the shared prefix run once, through a read-only copy of its cache, too), fewer tensors kept
+    for the backward pass, and the layers are themselves again afterwards."""
+    from agentrl_lite.logprobs import decoder_layers
+
+    model, tokenizer = tiny_policy(seed=0, init_std=0.5)
+    model.train()
+    generator = torch.Generator().manual_seed(1)
+    prefix = torch.randint(5, 200, (40,), generator=generator)
+    rows = [torch.cat([prefix, torch.randint(5, 200, (n,), generator=generator)]) for n in (10, 25, 7, 30)]
+    width = max(len(r) for r in rows)
+    ids = torch.stack([torch.cat([r, torch.full((width - len(r),), tokenizer.pad_token_id)]) for r in rows])
+    attention = torch.stack([(torch.arange(width) < len(r)).long() for r in rows])
+    score = attention.clone()
+    score[:, :42] = 0
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    results, kept = {}, {}
+    for checkpoint in (False, True):
+        model.zero_grad()
+        saved = []  # activations kept for the backward pass (the weights it keeps are there anyway)
+
+        def pack(t, saved=saved):  # the vocabulary-sized ones are the scored positions' logits, kept either way
+            kept_anyway = t.untyped_storage().data_ptr() in weights or t.shape[-1:] == (model.config.vocab_size,)
+            saved.append(0 if kept_anyway else t.numel())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            values = token_logprobs(model, ids, attention, score, share_prefix=share, checkpoint=checkpoint)
+        kept[checkpoint] = sum(saved)
+        values.sum().backward()
+        results[checkpoint] = values.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    torch.testing.assert_close(results[True][0], results[False][0], atol=1e-5, rtol=0)
+    for name, grad in results[False][1].items():
+        assert (results[True][1][name] - grad).norm() <= 1e-5 * grad.norm() + 1e-7, name
+    assert kept[True] < 0.5 * kept[False], kept
+    assert all("forward" not in vars(layer) for layer in decoder_layers(model)), "the wrappers must be removed"

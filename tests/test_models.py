@@ -143,3 +143,42 @@ def test_the_policy_keeps_fp32_master_weights_on_every_device_and_samples_in_bf1
         optimizer.step()
         moved[dtype] = (weight.detach() != before).float().mean().item()
     assert moved[torch.float32] == 1.0 and moved[torch.bfloat16] == 0.0
+
+
+def test_a_sampling_copy_is_the_cast_model_without_a_full_precision_copy_on_the_way():
+    """The bf16 sampling copy equals deepcopy-then-cast bit for bit, keeps tied weights tied, leaves the policy
+    as it was, and never clones the fp32 weights first (that clone was 540 MB of every evaluation's peak)."""
+    import copy
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from agentrl_lite.models import sampling_copy
+
+    model, _ = tiny_policy(seed=0)
+    largest = max(p.numel() for p in model.parameters())
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}  # views of them (detach) are no copy
+
+    class FullPrecisionCopies(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if (isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.numel() >= largest
+                    and out.untyped_storage().data_ptr() not in weights):
+                self.seen.append(str(func))
+            return out
+
+    with FullPrecisionCopies() as watch:
+        sampler = sampling_copy(model, "bfloat16")
+    assert watch.seen == []
+    expected = copy.deepcopy(model).to(torch.bfloat16)
+    for (name, mine), theirs in zip(sampler.state_dict().items(), expected.state_dict().values(), strict=True):
+        assert mine.dtype == theirs.dtype and torch.equal(mine, theirs), name
+    assert not any(p.requires_grad for p in sampler.parameters()) and not sampler.training
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in model.parameters())
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert (sampler.get_output_embeddings().weight is sampler.get_input_embeddings().weight) == tied
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert torch.equal(sampler(input_ids=ids).logits, expected.eval()(input_ids=ids).logits)
