@@ -338,7 +338,10 @@ def test_the_readme_states_the_ram_lessons_need_from_measured_peaks():
 
     text = memory_statement({"04_a.ipynb": {"peak_rss_mb": 3900.0}, "05_b.ipynb": {"peak_rss_mb": 4300.0},
                              "06_c.ipynb": {"peak_rss_mb": None}})
-    assert "budget of 4 GB" in text and "8 GB of RAM" in text
+    assert "budget of 4 GB" in text and "smoke profile runs on a machine with 8 GB of RAM" in text
     assert "heaviest is 05_b at 4.2 GB" in text and "over the budget: 05_b." in text
+    assert "cpu profile needs 8 GB" in text, "4.2 GB + 2 GB fits 8 GB"
+    heavy = memory_statement({"06_c.ipynb": {"peak_rss_mb": 10.2 * 1024}})
+    assert "cpu profile needs 16 GB" in heavy, "a 10.2 GB lesson does not fit an 8 or 12 GB machine beside the system"
     assert "Not measured yet: 06_c." in text
     assert "none is over the budget" in memory_statement({"04_a.ipynb": {"peak_rss_mb": 3900.0}})

@@ -75,6 +75,12 @@ def render_course_cpu(results: dict) -> str:
     return "\n".join(lines + ["", memory_statement(m["notebooks"])])
 
 
+RAM_SIZES_GB = (8, 12, 16, 24, 32, 64)
+"""the machine sizes the README's advice rounds up to"""
+SYSTEM_GB = 2
+"""what the operating system, the Jupyter server and a browser hold beside a lesson's kernel"""
+
+
 def memory_statement(notebooks: dict[str, dict]) -> str:
     """What RAM the lessons need, from the measured peaks of their kernels against the course's budget."""
     from agentrl_lite.course.runner import MEMORY_BUDGET_MB
@@ -82,13 +88,17 @@ def memory_statement(notebooks: dict[str, dict]) -> str:
     budget = MEMORY_BUDGET_MB["cpu"]
     measured = {name.removesuffix(".ipynb"): n["peak_rss_mb"] for name, n in notebooks.items() if n.get("peak_rss_mb")}
     unmeasured = [name.removesuffix(".ipynb") for name, n in notebooks.items() if not n.get("peak_rss_mb")]
-    text = (f"**Memory.** A lesson's kernel has a budget of {budget / 1024:.0f} GB (a smoke run fails a notebook "
-            "above it, a cpu run flags it in its report), so plan for a machine with 8 GB of RAM.")
+    text = (f"**Memory.** A lesson's kernel has a budget of {budget / 1024:.0f} GB (`make test` and a smoke run fail a "
+            "notebook above it, a cpu run flags it in its report).")
     if measured:
         heaviest = max(measured, key=measured.get)
         over = [name for name, mb in measured.items() if mb > budget]
         text += (f" Measured in the cpu profile: the heaviest is {heaviest} at {measured[heaviest] / 1024:.1f} GB; "
                  + (f"over the budget: {', '.join(over)}." if over else "none is over the budget."))
+        need = max(measured[heaviest], budget) / 1024 + SYSTEM_GB  # the kernel beside the system, Jupyter and a browser
+        ram = next((size for size in RAM_SIZES_GB if size >= need), RAM_SIZES_GB[-1])
+        text += (f" So the smoke profile runs on a machine with {RAM_SIZES_GB[0]} GB of RAM; every lesson in the cpu "
+                 f"profile needs {ram} GB (the heaviest peak plus about {SYSTEM_GB} GB for everything else).")
     if unmeasured:
         text += f" Not measured yet: {', '.join(unmeasured)}."
     return text
