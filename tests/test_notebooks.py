@@ -28,7 +28,7 @@ from agentrl_lite.course.exercises import (
     make_exercise,
     notebook_text,
 )
-from agentrl_lite.course.runner import BUDGET_S, NotebookRun, execute_notebook
+from agentrl_lite.course.runner import BUDGET_S, MEMORY_BUDGET_MB, NotebookRun, execute_notebook
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -220,6 +220,12 @@ def test_notebook_runs_in_the_smoke_profile(relpath: str, executed: Executions) 
     assert run.seconds <= SLACK * BUDGET_S["smoke"], (
         f"{relpath} took {run.seconds:.0f} s; the smoke budget is 150 s. Slowest cells: "
         + ", ".join(f"cell {i} {sec:.0f} s" for i, sec in run.slowest_cells())
+    )
+    # the laptop budget, as `make course PROFILE=smoke` applies it (runner.check_memory): CI fails where a newcomer's
+    # first run would
+    assert run.peak_rss_mb and run.peak_rss_mb <= MEMORY_BUDGET_MB["smoke"], (
+        f"{relpath}: the kernel's peak memory {run.peak_rss_mb} MB is over the {MEMORY_BUDGET_MB['smoke']} MB budget. "
+        "Heaviest cells: " + ", ".join(f"cell {i} {mb:.0f} MB" for i, mb in run.heaviest_cells())
     )
 
 
