@@ -51,7 +51,7 @@ def decoder_layers(model: PreTrainedModel) -> list[torch.nn.Module]:
 def checkpointed_layers(model: PreTrainedModel) -> Iterator[None]:
     """Inside, every decoder layer that runs with gradients keeps only its input for the backward pass and runs
     again when the backward pass reaches it (PyTorch's non-reentrant checkpoint). Exact; costs about one more
-    forward pass. A layer must not write a cache in here: the second run would write it twice (`_ReadOnlyPrefix`)."""
+    forward pass. A layer must not write a cache in here: the second run would write it twice (`_ReadOnlyPrefixLayer`, `_PrefixRecorder`)."""
     layers = decoder_layers(model)
     for layer in layers:
         forward = layer.forward
