@@ -174,12 +174,16 @@ def token_logprobs(
     entropy = torch.zeros_like(out)
     if keep.numel() > 0:
         logits = _logits(model, input_ids, attention_mask, keep, share_prefix, checkpoint)
-        all_logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)  # (batch, kept, vocab)
+        # (batch, kept, vocab) in float32, the largest tensors of the pass: no scaled copy at temperature 1
+        scaled = logits if temperature == 1.0 else logits.float() / temperature
+        all_logprobs = torch.log_softmax(scaled, dim=-1, dtype=torch.float32)
+        del logits, scaled
         targets = input_ids[:, keep + 1]  # (batch, kept)
         out[:, keep + 1] = all_logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * needed[:, keep]
         if return_entropy:
-            with torch.no_grad():
-                entropy[:, keep + 1] = entropy_from_logprobs(all_logprobs) * needed[:, keep]
+            with torch.no_grad():  # a row at a time: its temporaries are vocabulary-sized, four per position
+                rows = torch.stack([entropy_from_logprobs(row) for row in all_logprobs])
+                entropy[:, keep + 1] = rows * needed[:, keep]
     return (out, entropy) if return_entropy else out
 
 

@@ -82,6 +82,7 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
     ours_model = copy.deepcopy(model)
     config = GRPOConfig(steps=steps, prompts_per_step=1, group_size=GROUP, lr=LR,  # dapo: LossConfig's default
                         micro_batch_size=GROUP, progress=False, bf16_loss=True, sampler_dtype=SAMPLER_DTYPE,
+                        gradient_checkpointing=False,  # as measured in results/bench_grpo_step.json
                         rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=MAX_NEW_TOKENS,
                                               temperature=1.0, batch_size=GROUP, progress=False))
     ours = GRPOTrainer(ours_model, tokenizer, env, tasks, [correct], config)

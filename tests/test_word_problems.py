@@ -111,3 +111,11 @@ def test_cold_start_split_moves_demonstrations_out_of_the_rl_set():
     assert len(cold_start_split({})[0]) == 200 and len(cold_start_split({})[2]) == 24
     with pytest.raises(ValueError, match="requested"):
         cold_start_split({"crates": 10_000})
+    # tuning runs score validation problems: the same templates, none of the held-out or training problems, and the
+    # same RL set and demonstrations
+    v_train, validation, v_demos = cold_start_split(split="validation")
+    assert v_train == train and v_demos == demos and len(validation) == 32
+    assert {t["template"] for t in validation} == {t["template"] for t in heldout}
+    assert not ({t["question"] for t in validation} & (questions[0] | questions[1] | questions[2]))
+    with pytest.raises(ValueError, match="validation"):
+        cold_start_split(split="test")

@@ -170,10 +170,13 @@ def plan_step_reward(prompts: list[Any], completions: list[Any], *, episodes: li
     return [float(sum(plan_step_rewards(ep, weight))) for ep in episodes]
 
 
-def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int = 2
+def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int = 2, split: str = "heldout"
                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """The splits of lessons 06 and 08, read from `data/`: (RL training problems, held-out problems,
     demonstrations), restricted to templates whose plan has at most `max_steps` calls.
+
+    split: the scored problems, "heldout" (a lesson's reported numbers) or "validation" (tuning runs: the same
+        templates, other problems; the training problems and demonstrations are the same either way).
 
     extra_demos: template → how many of its RL training problems become demonstrations (they leave the RL
         set), on top of the demonstrations in `data/word_problems_sft.jsonl`, which cover only
@@ -186,7 +189,9 @@ def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int =
         return [r for r in rows if len(r["steps"]) <= max_steps]
 
     train = keep(read_jsonl(DATA_DIR / "word_problems_train.jsonl"))
-    heldout = keep(read_jsonl(DATA_DIR / "word_problems_heldout.jsonl"))
+    if split not in ("heldout", "validation"):
+        raise ValueError(f"cold_start_split: split must be 'heldout' or 'validation', not {split!r}.")
+    heldout = keep(read_jsonl(DATA_DIR / f"word_problems_{split}.jsonl"))
     demos = keep(read_jsonl(DATA_DIR / "word_problems_sft.jsonl"))
     moved: list[dict[str, Any]] = []
     for template, n in extra_demos.items():
