@@ -49,7 +49,7 @@ class SFTConfig:
     gradient_checkpointing: bool = True
     """keep no decoder layer's activations for the backward pass, only its input, and run the layer again when
     the backward pass needs them (`logprobs.checkpointed_layers`): the same loss and gradient in less memory and
-    more time. On by default, as in TRL's SFTConfig: it is what keeps every lesson's kernel under the course's 4 GB"""
+    more time. On by default, as in TRL's SFTConfig: it lowers a lesson's peak memory (results/bench_checkpointing.json)"""
 
 
 def tokenize_conversation(

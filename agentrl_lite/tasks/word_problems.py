@@ -183,14 +183,14 @@ def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int =
         `SFT_TEMPLATES`. Default {"crates": 8}: lessons 06 and 08 demonstrate change, savings and crates,
         and keep stickers as the template no demonstration shows.
     """
+    if split not in ("heldout", "validation"):
+        raise ValueError(f"cold_start_split: split must be 'heldout' or 'validation', not {split!r}.")
     extra_demos = {"crates": 8} if extra_demos is None else extra_demos
 
     def keep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in rows if len(r["steps"]) <= max_steps]
 
     train = keep(read_jsonl(DATA_DIR / "word_problems_train.jsonl"))
-    if split not in ("heldout", "validation"):
-        raise ValueError(f"cold_start_split: split must be 'heldout' or 'validation', not {split!r}.")
     heldout = keep(read_jsonl(DATA_DIR / f"word_problems_{split}.jsonl"))
     demos = keep(read_jsonl(DATA_DIR / "word_problems_sft.jsonl"))
     moved: list[dict[str, Any]] = []
