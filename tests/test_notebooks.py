@@ -60,9 +60,10 @@ class Executions:
             )
             self.runs[relpath] = run
             stubs_only = run.errors and all(e.ename == "NotImplementedError" for e in run.errors)
-            self.runtimes.append(
-                (relpath, run.seconds, "stubs raise NotImplementedError" if stubs_only else run.status)
-            )
+            status = "stubs raise NotImplementedError" if stubs_only else run.status
+            if run.peak_rss_mb and run.cell_peak_rss_mb:  # CI's kernels have read a few hundred MB above this machine's: print every peak
+                status += f"; peak {run.peak_rss_mb:.0f} MB (heaviest cell {run.heaviest_cells()[0][0]})"
+            self.runtimes.append((relpath, run.seconds, status))
             print(f"{relpath}: {run.seconds:.1f}s")
         return self.runs[relpath]
 
