@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-COMMITTED = sorted([*RESULTS.glob("*.json"), *RESULTS.glob("gpu/*.json")])  # results/smoke/ is git-ignored: never quoted
+COMMITTED = sorted([*RESULTS.glob("*.json"), *RESULTS.glob("gpu/*.json"), *RESULTS.glob("notes/heldout_probes/*.json")])  # results/smoke/ is git-ignored: never quoted
 
 
 def test_there_are_committed_results():

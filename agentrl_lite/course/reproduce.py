@@ -347,6 +347,7 @@ def tuning_rows(results: str, measures: dict[str, tuple[str, ...]],
             value: Any = summary
             for key in keys:
                 value = value.get(key) if isinstance(value, dict) else None
-            row[label] = ", ".join(f"{v:.2f}" for v in value) if isinstance(value, list) else value
+            row[label] = ", ".join(f"{v:.2f}" for v in value) if isinstance(value, list) \
+                else round(value, 2) if isinstance(value, float) else value
         rows.append(row)
     return rows
