@@ -214,8 +214,9 @@ class GRPOTrainer:
     # --- rollout and reward ----------------------------------------------------------------------------
     def sample_groups(self, tasks: list[dict]) -> list[Episode]:
         """`group_size` episodes per task, consecutive (the layout the advantages expect)."""
-        return rollout_env(self.sampler or self.model, self.tokenizer, self.env, [t for t in tasks for _ in range(self.config.group_size)],
-                           self.config.rollout)
+        with large_tensors_mapped():  # KV caches: returned whole when freed, not left in the heap the update then holds
+            return rollout_env(self.sampler or self.model, self.tokenizer, self.env,
+                               [t for t in tasks for _ in range(self.config.group_size)], self.config.rollout)
 
     def score(self, episodes: list[Episode]) -> tuple[torch.Tensor, dict[str, float]]:
         """Weighted sum of the reward functions per episode; None (not applicable) counts as 0 in the sum.
