@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
-from agentrl_lite.models import large_tensors_mapped, release_memory, sampling_copy
+from agentrl_lite.models import release_memory, sampling_copy
 from agentrl_lite.rewards import tool_productivity
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -172,8 +172,7 @@ def evaluate(
     Each episode also keeps its score as `episode.metadata["score"]`, which the trajectory viewer shows.
     """
     tasks = list(tasks)
-    with large_tensors_mapped():  # KV caches, each returned whole when freed (not left as holes in the heap)
-        episodes = rollout_env(sampling_copy(model, dtype) or model, tokenizer, env, tasks, config or GREEDY)
+    episodes = rollout_env(sampling_copy(model, dtype) or model, tokenizer, env, tasks, config or GREEDY)
     scores = [env.score(task, ep) for task, ep in zip(tasks, episodes, strict=True)]
     for ep, score in zip(episodes, scores, strict=True):
         ep.metadata["score"] = score

@@ -214,9 +214,8 @@ class GRPOTrainer:
     # --- rollout and reward ----------------------------------------------------------------------------
     def sample_groups(self, tasks: list[dict]) -> list[Episode]:
         """`group_size` episodes per task, consecutive (the layout the advantages expect)."""
-        with large_tensors_mapped():  # KV caches: returned whole when freed, not left in the heap the update then holds
-            return rollout_env(self.sampler or self.model, self.tokenizer, self.env,
-                               [t for t in tasks for _ in range(self.config.group_size)], self.config.rollout)
+        return rollout_env(self.sampler or self.model, self.tokenizer, self.env,
+                           [t for t in tasks for _ in range(self.config.group_size)], self.config.rollout)
 
     def score(self, episodes: list[Episode]) -> tuple[torch.Tensor, dict[str, float]]:
         """Weighted sum of the reward functions per episode; None (not applicable) counts as 0 in the sum.
@@ -258,6 +257,9 @@ class GRPOTrainer:
                 episodes = [episodes[int(i) * g + j] for i in keep_groups for j in range(g)]
                 rewards = rewards.view(-1, g)[keep_groups].reshape(-1)
         advantages, credit_metrics = self.advantages(episodes, rewards)
+        # the rollout's KV caches are freed but glibc still holds their pages: hand them back before the update
+        # allocates (a trim takes milliseconds; sampling with large tensors mapped instead cost about 8 %)
+        release_memory()
         sampled = time.perf_counter()
         with large_tensors_mapped():  # the loss pass's activations: returned whole when freed (models)
             loss_metrics = self.update(episodes, advantages)
