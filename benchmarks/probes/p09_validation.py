@@ -11,6 +11,7 @@ import argparse
 import json
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from agentrl_lite.course.presets import grpo_preset
 from agentrl_lite.course.results import read_results
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.grpo import GRPOTrainer
+from agentrl_lite.loss import LossConfig
 from agentrl_lite.models import load_policy
 from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.rollout import RolloutConfig
@@ -46,6 +48,9 @@ def main() -> None:
     p.add_argument("--dynamic-sampling", action="store_true")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
+    p.add_argument("--beta", type=float, default=0.0, help="KL term to the cold start (k3 estimator), as in lesson 07")
+    p.add_argument("--rl-kinds", default=None, help="comma-separated question kinds GRPO trains on (default: all)")
+    p.add_argument("--temperature", type=float, default=1.0, help="GRPO's sampling temperature")
     args = p.parse_args()
     seed_everything(args.seed)
     index = SearchIndex(read_jsonl(DATA_DIR / "search_corpus.jsonl"))
@@ -55,6 +60,11 @@ def main() -> None:
     train = read_jsonl(DATA_DIR / "search_train.jsonl")
     if args.balanced:
         train = [q for k in KINDS for q in [q for q in train if q["kind"] == k][:144]]
+    if args.rl_kinds:
+        unknown = set(args.rl_kinds.split(",")) - set(KINDS)
+        if unknown:
+            raise SystemExit(f"unknown kinds {sorted(unknown)}: choose from {KINDS}")
+        train = [q for q in train if q["kind"] in args.rl_kinds.split(",")]
     demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
     model, tokenizer = load_policy(None)
     env = SearchEnv(index)
@@ -92,7 +102,9 @@ def main() -> None:
     row["validation_after_sft"] = ev("sft")
     if args.grpo_steps:
         config = grpo_preset(dict(steps=args.grpo_steps, prompts=args.prompts, group=args.group, lr=args.lr), args.seed,
-                             max_turns=4, max_new_tokens=40, dynamic_sampling=args.dynamic_sampling)
+                             max_turns=4, max_new_tokens=40, dynamic_sampling=args.dynamic_sampling,
+                             loss=LossConfig(beta=args.beta))
+        config = replace(config, rollout=replace(config.rollout, temperature=args.temperature))
         trainer = GRPOTrainer(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
                               reward_weights=[1.0, args.format_weight])
         t = time.perf_counter()
