@@ -8,6 +8,7 @@ Writes results/09_probe_validation.json (one entry per invocation, appended unde
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import random
 import time
@@ -28,7 +29,7 @@ from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
-from agentrl_lite.tasks.search import KINDS, SearchEnv
+from agentrl_lite.tasks.search import KINDS, SearchEnv, failure_kind
 from agentrl_lite.tools import SearchIndex
 
 
@@ -75,11 +76,13 @@ def main() -> None:
         r = evaluate(model, tokenizer, env, tasks, evalcfg, label_key="kind")
         out = {"EM": r.accuracy, "by_kind": r.by_label(), "searches": r.calls_per_episode, "correct": r.correct,
                "F1": float(np.mean([s["f1"] for s in r.scores])), "stop_reasons": r.stop_reasons,
+               "failures": {k: dict(collections.Counter(failure_kind(q, ep, index)
+                                                         for q, ep in zip(tasks, r.episodes, strict=True) if q["kind"] == k))
+                            for k in KINDS},
                "seconds": time.perf_counter() - t}
         print(name, json.dumps(out), flush=True)
         return out
 
-    import collections
     import datetime
     import sys
 
