@@ -62,10 +62,10 @@ def main() -> None:
     if args.balanced:
         train = [q for k in KINDS for q in [q for q in train if q["kind"] == k][:144]]
     if args.rl_kinds:
-        unknown = set(args.rl_kinds.split(",")) - set(KINDS)
-        if unknown:
-            raise SystemExit(f"unknown kinds {sorted(unknown)}: choose from {KINDS}")
-        train = [q for q in train if q["kind"] in args.rl_kinds.split(",")]
+        rl_kinds = set(args.rl_kinds.split(","))
+        if rl_kinds - set(KINDS):
+            raise SystemExit(f"unknown kinds {sorted(rl_kinds - set(KINDS))}: choose from {KINDS}")
+        train = [q for q in train if q["kind"] in rl_kinds]
     demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
     model, tokenizer = load_policy(None)
     env = SearchEnv(index)
