@@ -113,8 +113,9 @@ LESSONS: dict[str, Reproducible] = {
     ),
     "09": Reproducible(
         notebook="09_agentic_search.ipynb", results="09_agentic_search", items="heldout",
-        comparisons=(("SFT + GRPO", "SFT agent"), ("SFT + GRPO", "closed-book"), ("SFT + GRPO", "one-shot RAG"),
-                     ("SFT agent", "closed-book"), ("SFT agent", "one-shot RAG")),
+        comparisons=(("SFT + GRPO", "SFT agent"), ("SFT + GRPO", "closed-book, cold-started"),
+                     ("SFT + GRPO", "one-shot RAG, cold-started"), ("SFT agent", "closed-book, cold-started"),
+                     ("SFT agent", "one-shot RAG, cold-started")),
         scalars=("notebook_seconds", "sft.seconds", "runs.retrieved tokens masked.seconds", "runs.trained on.seconds",
                  *(f"heldout.{stage}.{measure}" for measure in ("calls_per_episode", *(f"by_label.{kind}" for kind in
                    ("single_hop", "two_hop", "comparison", "unanswerable"))) for stage in ("SFT agent", "SFT + GRPO"))),
