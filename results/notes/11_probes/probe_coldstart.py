@@ -51,7 +51,7 @@ report = evaluate(model, tokenizer, env, val_tasks,
                   RolloutConfig(max_turns=1, max_new_tokens=64, temperature=0.0, batch_size=64, progress=False),
                   label_key="event", dtype="auto")
 chosen = defaultdict(Counter)
-for task, s in zip(val_tasks, report.scores):
+for task, s in zip(val_tasks, report.scores, strict=True):
     chosen[task["ideal"]["op"]][s["op"]] += 1
 print(json.dumps({"order": order, "seed": seed, "sft_steps": steps, "sft_seconds": round(sft_seconds, 1),
                   "eval_seconds": round(time.perf_counter() - start, 1), "losses": [round(x, 4) for x in losses],
