@@ -117,8 +117,10 @@ LESSONS: dict[str, Reproducible] = {
                      ("SFT + GRPO", "one-shot RAG, cold-started"), ("SFT agent", "closed-book, cold-started"),
                      ("SFT agent", "one-shot RAG, cold-started")),
         scalars=("notebook_seconds", "sft.seconds", "runs.retrieved tokens masked.seconds", "runs.trained on.seconds",
-                 *(f"heldout.{stage}.{measure}" for measure in ("calls_per_episode", *(f"by_label.{kind}" for kind in
-                   ("single_hop", "two_hop", "comparison", "unanswerable"))) for stage in ("SFT agent", "SFT + GRPO"))),
+                 *(f"heldout.{stage}.{measure}"
+                   for measure in ("calls_per_episode", "by_label.single_hop", "by_label.two_hop", "by_label.comparison",
+                                   "by_label.unanswerable")
+                   for stage in ("SFT agent", "SFT + GRPO"))),
     ),
 }
 
