@@ -50,7 +50,14 @@ from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
 from agentrl_lite.logprobs import micro_batches, shared_with_previous, token_logprobs
 from agentrl_lite.loss import LossConfig, policy_loss, truncated_importance_weights
-from agentrl_lite.models import adamw, large_tensors_mapped, release_memory, sampling_copy
+from agentrl_lite.models import (
+    BF16_CHOICES,
+    adamw,
+    large_tensors_mapped,
+    release_memory,
+    sampling_copy,
+    use_bf16,
+)
 from agentrl_lite.rewards import RewardFunc, reward_kwargs
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -120,8 +127,9 @@ class GRPOConfig:
     a prompt the rows share counted once): the loss pass's activations take about 1 MB per token for SmolLM2-135M
     in bf16 autocast, so this bounds its memory. Consecutive episodes stay together (a group shares its prompt
     prefix); the gradient is the same either way. None: no token cap"""
-    bf16_loss: bool = False
-    """bf16 autocast in the loss pass (1.8x faster on this CPU)"""
+    bf16_loss: bool | str = False
+    """bf16 autocast in the loss pass (1.8x faster on a CPU with bf16 instructions, several times slower on one
+    without). "auto": where it is fast (`models.bf16_is_fast`)"""
     gradient_checkpointing: bool = True
     """the loss pass keeps no decoder layer's activations for the backward pass and recomputes them
     (`logprobs.checkpointed_layers`): the same gradient in less memory and more time. On by default, as in TRL's
@@ -151,6 +159,7 @@ class GRPOConfig:
         check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         check_choice("credit", self.credit, CREDITS)
         check_choice("report_to", self.report_to, REPORT_TO)
+        check_choice("bf16_loss", self.bf16_loss, BF16_CHOICES)
 
 
 class GRPOTrainer:
@@ -377,7 +386,7 @@ class GRPOTrainer:
                 ids = torch.tensor(batch([episodes[i].token_ids for i in idx], pad), device=device)
                 attention = torch.tensor(batch([[1] * len(episodes[i].token_ids) for i in idx], 0), device=device)
                 mask = torch.tensor(batch([masks[i] for i in idx], 0), device=device)
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=c.bf16_loss):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16(c.bf16_loss, device)):
                     logprobs, entropy = token_logprobs(self.model, ids, attention, mask, c.rollout.temperature,
                                                        return_entropy=True, checkpoint=c.gradient_checkpointing)
                     ref = self.reference_logprobs(ids, attention, mask) if c.loss.beta > 0 else None

@@ -17,6 +17,7 @@ import ctypes
 import gc
 import importlib.util
 import os
+import platform
 import tempfile
 import weakref
 from collections.abc import Iterator
@@ -116,20 +117,45 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
     return getattr(torch, dtype)
 
 
-def fast_sampler_dtype(device: torch.device | str = "cpu") -> str | None:
-    """The dtype of a sampling copy worth making for a policy on `device`, or None.
+BF16_CHOICES = (True, False, "auto")
+"""values of a bf16 switch (`SFTConfig.bf16`, `GRPOConfig.bf16_loss`): on, off, or where it is fast (`bf16_is_fast`)"""
 
-    Decoding reads every weight once per token, and bf16 halves the bytes: on a CPU with bf16 instructions a
-    bf16 copy decodes about 1.6× faster than the fp32 policy (results/bench_grpo_step.json), and a GPU with
-    bf16 support runs bf16 matrix products at its full rate. On a CPU without bf16 instructions bf16 is
-    emulated and slower: None there.
+
+def bf16_is_fast(device: torch.device | str = "cpu") -> bool:
+    """Whether `device` multiplies bf16 matrices natively, so that bf16 is faster than fp32 there: the one test
+    behind every "auto" bf16 choice (autocast in SFT and the GRPO loss pass, the sampling copy).
+
+    CUDA: `torch.cuda.is_bf16_supported()`. An x86 CPU: the AVX512-BF16 or AMX instructions. oneDNN also accepts
+    bf16 on AVX512 CPUs without them, by emulation: on such a Xeon a bf16 matrix product measured 5× slower than
+    fp32, and a lesson's cold start 4× slower. Other CPUs (ARM): oneDNN's own report.
     """
     device = torch.device(device)
     if device.type == "cuda":
-        return "bfloat16" if torch.cuda.is_bf16_supported() else None
+        return bool(torch.cuda.is_bf16_supported())
     if device.type != "cpu":
-        return None
-    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
+        return False
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86"):
+        native = [getattr(torch.cpu, name, lambda: False) for name in ("_is_avx512_bf16_supported",
+                                                                       "_is_amx_tile_supported")]
+        return any(bool(check()) for check in native)
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def use_bf16(switch: bool | str, device: torch.device | str = "cpu") -> bool:
+    """Resolve a bf16 switch (`BF16_CHOICES`): True and False as given, "auto" where `bf16_is_fast(device)`."""
+    if switch not in BF16_CHOICES:
+        raise ValueError(f"bf16={switch!r}: use True, False or 'auto'.")
+    return bf16_is_fast(device) if switch == "auto" else bool(switch)
+
+
+def fast_sampler_dtype(device: torch.device | str = "cpu") -> str | None:
+    """The dtype of a sampling copy worth making for a policy on `device`, or None.
+
+    Decoding reads every weight once per token, and bf16 halves the bytes: where bf16 runs natively
+    (`bf16_is_fast`) a bf16 copy decodes about 1.6× faster than the fp32 policy (results/bench_grpo_step.json,
+    on a CPU with AVX512-BF16). Where bf16 is emulated it is slower: None there.
+    """
+    return "bfloat16" if bf16_is_fast(device) else None
 
 
 def sampling_copy(model: PreTrainedModel, dtype: str | None = "auto") -> PreTrainedModel | None:

@@ -50,7 +50,7 @@ def main() -> None:
         demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
         conversations = [env.prompt(d)[:1] + d["messages"] for d in demos]
         sft(model, tokenizer, conversations, env.toolbox_for().schemas,
-            SFTConfig(steps=args.sft_steps, batch_size=8, lr=1e-4, bf16=True, seed=args.seed))
+            SFTConfig(steps=args.sft_steps, batch_size=8, lr=1e-4, bf16="auto", seed=args.seed))
         if args.save:
             torch.save(model.state_dict(), args.save)
     train = read_jsonl(DATA_DIR / "search_train.jsonl")
