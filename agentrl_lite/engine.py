@@ -291,6 +291,11 @@ class Engine:
             if any(not p for p in pending):
                 raise ValueError("sample_turn: a sequence has no token after its cached part; append before sampling.")
             batch, logits = _continue(self.model, caches, pending, self.pad, max_new_tokens)
+            # the batch holds these caches now, and each row's is written anew when its turn ends (or dropped when
+            # the budget cuts it): kept until then, the old copies would sit beside the batch for the whole turn
+            for key in keys:
+                self.caches.pop(key, None)
+            del caches
         else:
             raise ValueError("sample_turn: mix of episodes with and without a cache; sample their turns separately.")
         samples = [TurnSample([], [], False) for _ in keys]
