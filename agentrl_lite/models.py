@@ -126,8 +126,9 @@ def bf16_is_fast(device: torch.device | str = "cpu") -> bool:
     behind every "auto" bf16 choice (autocast in SFT and the GRPO loss pass, the sampling copy).
 
     CUDA: `torch.cuda.is_bf16_supported()`. An x86 CPU: the AVX512-BF16 or AMX instructions. oneDNN also accepts
-    bf16 on AVX512 CPUs without them, by emulation: on such a Xeon a bf16 matrix product measured 5× slower than
-    fp32, and a lesson's cold start 4× slower. Other CPUs (ARM): oneDNN's own report.
+    bf16 on AVX512 CPUs without them, by emulation: on such a Xeon a bf16 matrix product took 3.8× and an SFT
+    step 3.0× the fp32 time (results/bench_bf16.json, `benchmarks/bf16_speed.py`). Other CPUs (ARM): oneDNN's
+    own report.
     """
     device = torch.device(device)
     if device.type == "cuda":
