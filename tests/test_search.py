@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agentrl_lite.chat import ToolCall, parse_tool_calls
@@ -155,6 +157,32 @@ def test_demonstrations_search_each_gold_query_and_see_the_answer(index, questio
         seen = " ".join(m["content"] for m in messages if m["role"] == "tool")
         assert q["answer"] in seen or q["kind"] == "comparison"
         assert messages[-1]["content"] == f"<answer>{q['answer']}</answer>"
+        assert demonstration(q, index, cite=True)[-1]["content"].endswith(f"\n<answer>{q['answer']}</answer>")
+
+
+def test_the_demonstrated_evidence_is_copied_from_what_the_search_returned(index, questions):
+    """With `cite`, the final reply first writes the sentence(s) its answer rests on, taken from the tool's replies: the answer
+    itself for single-hop and two-hop questions, both years for a comparison, the person without a year when
+    the year is unknown (`evidence`)."""
+    kinds = set()
+    for q in questions:
+        messages = demonstration(q, index, cite=True)
+        cited = messages[-1]["content"].split("\n<answer>")[0]
+        seen = " ".join(m["content"] for m in messages if m["role"] == "tool")
+        sentences = re.findall(r"[^.]+\.", cited)
+        kinds.add(q["kind"])
+        if q["kind"] == "comparison":
+            assert len(sentences) == 2 and all(s.strip() in seen for s in sentences)
+            assert len(re.findall(r"\b\d{3,4}\b", cited)) >= 2  # the two years, side by side
+        elif q["answer"] == UNKNOWN:
+            assert cited.endswith("No year of birth is given.") and sentences[0].strip() in seen
+        else:
+            assert q["answer"] in cited
+            assert cited in seen or cited.startswith("The headquarters of ")
+    assert kinds == set(KINDS)
+    q = questions[0]
+    assert "copy the sentence" in SearchEnv(index, cite=True).prompt(q)[0]["content"]  # the prompt asks for it
+    assert "copy the sentence" not in SearchEnv(index).prompt(q)[0]["content"]
 
 
 def test_the_environment_modes_and_score(index, questions):

@@ -26,6 +26,7 @@ score is normalised exact match and token F1 (`rewards.exact_match`, `rewards.to
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +219,13 @@ SYSTEM_PROMPT = (
     "<answer>...</answer> holding only the answer (a name, a town, a year, a word). If the encyclopedia does "
     f"not say, reply <answer>{UNKNOWN}</answer>."
 )
+CITE_PROMPT = (
+    "You answer questions about an encyclopedia you have never read. Use the search tool to look things up: "
+    "search for the names in the question, one at a time. When you know the answer, first copy the sentence "
+    "it rests on, then write <answer>...</answer> holding only the answer (a name, a town, a year, a word). "
+    f"If the encyclopedia does not say, reply <answer>{UNKNOWN}</answer>."
+)
+"""the agent's system prompt when its final reply cites the evidence first (`SearchEnv(cite=True)`, `evidence`)"""
 CLOSED_BOOK_PROMPT = (
     "Answer the question. Reply with <answer>...</answer> holding only the answer (a name, a town, a year, a "
     f"word). If you do not know, reply <answer>{UNKNOWN}</answer>."
@@ -236,6 +244,9 @@ class SearchEnv:
     mode: str = "agent"
     k: int = 3
     """documents per search (the tool's default, and the RAG baseline's)"""
+    cite: bool = False
+    """the agent is asked to copy the sentence its answer rests on before answering (`CITE_PROMPT`); pair it with
+    demonstrations built with `demonstration(..., cite=True)`"""
 
     def __post_init__(self) -> None:
         if self.mode not in ("agent", "closed_book", "rag"):
@@ -243,7 +254,8 @@ class SearchEnv:
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
         if self.mode == "agent":
-            return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task["question"]}]
+            return [{"role": "system", "content": CITE_PROMPT if self.cite else SYSTEM_PROMPT},
+                    {"role": "user", "content": task["question"]}]
         if self.mode == "closed_book":
             return [{"role": "system", "content": CLOSED_BOOK_PROMPT}, {"role": "user", "content": task["question"]}]
         context = self.index.search(task["question"], self.k)
@@ -264,14 +276,39 @@ class SearchEnv:
         }
 
 
-def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3) -> list[dict[str, Any]]:
+def _sentences(text: str) -> list[str]:
+    return [s if s.endswith(".") else s + "." for s in re.split(r"(?<=\.) ", text.strip()) if s]
+
+
+def evidence(task: dict[str, Any], index: SearchIndex) -> str:
+    """The sentence(s) of the gold documents an answer rests on, copied as the tool returned them.
+
+    single-hop and two-hop: the sentence of the last hop's document that holds the answer (a two-hop chain's
+    last document names the bridge entity too); comparison: the first sentence of both documents, which hold
+    the two years side by side; unanswerable: what the document does say, and that the year is missing.
+    """
+    texts = {d["id"]: d["text"] for d in index.documents}
+    docs = [_sentences(texts[i]) for i in task["support"]]
+    if task["kind"] == "comparison":
+        return " ".join(d[0] for d in docs)
+    if task["answer"] == UNKNOWN:
+        return f"{docs[-1][0]} No year of birth is given."
+    title = index.documents[[d["id"] for d in index.documents].index(task["support"][-1])]["title"]
+    hits = [s for s in docs[-1] if normalize_answer(task["answer"]) in normalize_answer(s)]
+    sentence = hits[0] if hits else docs[-1][0]
+    return f"The headquarters of {title} are in {sentence.split(' in ', 1)[1]}" if sentence.startswith("Its ") else sentence
+
+
+def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3, cite: bool = False) -> list[dict[str, Any]]:
     """The gold conversation after the system prompt: the question, one search per gold query with the
-    tool's real replies, then the answer."""
+    tool's real replies, then the answer; with `cite`, the final reply first copies the evidence (`evidence`),
+    so that the answer is read off a sentence the model has just written."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
     for query in task["queries"]:
         messages.append({"role": "assistant", "content": format_tool_call(ToolCall("search", {"query": query}))})
         messages.append({"role": "tool", "content": index.search(query, k)})
-    messages.append({"role": "assistant", "content": f"<answer>{task['answer']}</answer>"})
+    cited = f"{evidence(task, index)}\n" if cite else ""
+    messages.append({"role": "assistant", "content": f"{cited}<answer>{task['answer']}</answer>"})
     return messages
 
 

@@ -11,6 +11,7 @@ import argparse
 import collections
 import json
 import random
+import resource
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,8 +30,13 @@ from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
-from agentrl_lite.tasks.search import KINDS, SearchEnv, failure_kind
+from agentrl_lite.tasks.search import KINDS, SearchEnv, demonstration, failure_kind
 from agentrl_lite.tools import SearchIndex
+
+
+def peak_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux reports ru_maxrss in KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:
@@ -52,6 +58,9 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=0.0, help="KL term to the cold start (k3 estimator), as in lesson 07")
     p.add_argument("--rl-kinds", default=None, help="comma-separated question kinds GRPO trains on (default: all)")
     p.add_argument("--temperature", type=float, default=1.0, help="GRPO's sampling temperature")
+    p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model turn (sampling and evaluation)")
+    p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
+                   "sentence before the answer (search.evidence, SearchEnv(cite=True)); give --max-new-tokens 72")
     args = p.parse_args()
     seed_everything(args.seed)
     index = SearchIndex(read_jsonl(DATA_DIR / "search_corpus.jsonl"))
@@ -67,9 +76,11 @@ def main() -> None:
             raise SystemExit(f"unknown kinds {sorted(rl_kinds - set(KINDS))}: choose from {KINDS}")
         train = [q for q in train if q["kind"] in rl_kinds]
     demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
+    if args.cite:  # the same questions, each final reply citing its evidence first
+        demos = [{**d, "messages": demonstration(d, index, cite=True)} for d in demos]
     model, tokenizer = load_policy(None)
-    env = SearchEnv(index)
-    evalcfg = RolloutConfig(max_turns=4, max_new_tokens=40, temperature=0.0, batch_size=64, progress=False)
+    env = SearchEnv(index, cite=args.cite)
+    evalcfg = RolloutConfig(max_turns=4, max_new_tokens=args.max_new_tokens, temperature=0.0, batch_size=64, progress=False)
 
     def ev(name):
         t = time.perf_counter()
@@ -80,6 +91,7 @@ def main() -> None:
                                                          for q, ep in zip(tasks, r.episodes, strict=True) if q["kind"] == k))
                             for k in KINDS},
                "seconds": time.perf_counter() - t}
+        out["peak_rss_mb"] = peak_mb()
         print(name, json.dumps(out), flush=True)
         return out
 
@@ -89,6 +101,7 @@ def main() -> None:
     row: dict = {"args": vars(args), "command": "python " + " ".join(sys.argv),
                  "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                  "demonstrations_by_kind": dict(collections.Counter(d["kind"] for d in demos)),
+                 "demonstrations_cite_evidence": all("\n<answer>" in d["messages"][-1]["content"] for d in demos),
                  "rl_tasks_by_kind": dict(collections.Counter(q["kind"] for q in train))}
     t = time.perf_counter()
     if args.sft_cache and Path(args.sft_cache).exists():
@@ -97,15 +110,15 @@ def main() -> None:
     else:
         conversations = [env.prompt(d)[:1] + d["messages"] for d in demos]
         losses = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
-                     SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=1e-4, bf16=True, seed=args.seed))
-        row["sft"] = {"seconds": time.perf_counter() - t, "losses": losses}
+                     SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=1e-4, bf16="auto", seed=args.seed))
+        row["sft"] = {"seconds": time.perf_counter() - t, "losses": losses, "peak_rss_mb": peak_mb()}
         print("sft", row["sft"]["seconds"], losses[-1], flush=True)
         if args.sft_cache:
             torch.save(model.state_dict(), args.sft_cache)
     row["validation_after_sft"] = ev("sft")
     if args.grpo_steps:
         config = grpo_preset(dict(steps=args.grpo_steps, prompts=args.prompts, group=args.group, lr=args.lr), args.seed,
-                             max_turns=4, max_new_tokens=40, dynamic_sampling=args.dynamic_sampling,
+                             max_turns=4, max_new_tokens=args.max_new_tokens, dynamic_sampling=args.dynamic_sampling,
                              loss=LossConfig(beta=args.beta))
         config = replace(config, rollout=replace(config.rollout, temperature=args.temperature))
         trainer = GRPOTrainer(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
@@ -117,7 +130,7 @@ def main() -> None:
                 trainer.train(k)
                 row["validation_during_grpo"][k] = ev(f"grpo step {k}")
         history = trainer.train()
-        row["grpo"] = {"seconds": time.perf_counter() - t,
+        row["grpo"] = {"seconds": time.perf_counter() - t, "peak_rss_mb": peak_mb(),
                        "history": [{k: h.get(k) for k in ("reward", "frac_reward_zero_std", "tools/call_frequency",
                                                           "completions/clipped_ratio", "step_time", "time/sampling", "time/update", "entropy", "grad_norm",
                                                           "completions/mean_length", "sampling/refills")} for h in history]}
