@@ -6,9 +6,10 @@ choice, written once:
 
 - DAPO's token-level loss (TRL's default) and no KL term, unless the lesson changes `loss`;
 - bf16 autocast in the loss pass where the device runs bf16 natively (`models.bf16_is_fast`: 1.8× faster there),
-  at most 8 episodes and 1024 tokens per micro-batch (a group's shared prompt counted once, `logprobs.pass_tokens`), and `GRPOConfig`'s gradient checkpointing (on by
-  default): the pass keeps each decoder layer's input only, which helps keep a lesson's kernel under the course's
-  4 GB (`course.runner.MEMORY_BUDGET_MB`);
+  at most 8 episodes and 1024 tokens per micro-batch (a group's shared prompt counted once,
+  `logprobs.pass_tokens`), and `GRPOConfig`'s gradient checkpointing (on by default): the pass keeps each
+  decoder layer's input only, which helps keep a lesson's kernel under the course's 4 GB
+  (`course.runner.MEMORY_BUDGET_MB`);
 - sampling with a bf16 copy of the policy on a CPU with bf16 instructions (`models.fast_sampler_dtype`),
   corrected by truncated importance sampling (the trainer's `is_cap`);
 - `skip_empty_updates`: a batch without reward spread does not step AdamW (lesson 06 shows why);

@@ -222,8 +222,9 @@ def execute_notebook(
     """Run a notebook top to bottom in a fresh kernel and write the executed copy to `out_path`.
 
     The kernel sees `AGENTRL_PROFILE=<profile>`, this package on PYTHONPATH, a TMPDIR of its own (deleted
-    afterwards), and `env`. It runs in the notebook's own folder. Execution stops at the first failing cell unless `allow_errors` (then every cell
-    runs and every error is recorded, which is how exercise notebooks are checked). A cell running longer
+    afterwards), and `env`. It runs in the notebook's own folder. Execution stops at the first failing cell
+    unless `allow_errors` (then every cell runs and every error is recorded, which is how exercise notebooks
+    are checked). A cell running longer
     than `timeout_per_cell` seconds stops the notebook with a CellTimeoutError. `parameters` replace the
     values of the notebook's cell tagged "parameters" (papermill), e.g. {"SEED": 1}.
     """

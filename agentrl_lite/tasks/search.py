@@ -219,12 +219,8 @@ SYSTEM_PROMPT = (
     "<answer>...</answer> holding only the answer (a name, a town, a year, a word). If the encyclopedia does "
     f"not say, reply <answer>{UNKNOWN}</answer>."
 )
-CITE_PROMPT = (
-    "You answer questions about an encyclopedia you have never read. Use the search tool to look things up: "
-    "search for the names in the question, one at a time. When you know the answer, first copy the sentence "
-    "it rests on, then write <answer>...</answer> holding only the answer (a name, a town, a year, a word). "
-    f"If the encyclopedia does not say, reply <answer>{UNKNOWN}</answer>."
-)
+CITE_PROMPT = SYSTEM_PROMPT.replace("When you know the answer, reply with",
+                                   "When you know the answer, first copy the sentence it rests on, then write")
 """the agent's system prompt when its final reply cites the evidence first (`SearchEnv(cite=True)`, `evidence`)"""
 CLOSED_BOOK_PROMPT = (
     "Answer the question. Reply with <answer>...</answer> holding only the answer (a name, a town, a year, a "
@@ -281,22 +277,25 @@ def _sentences(text: str) -> list[str]:
 
 
 def evidence(task: dict[str, Any], index: SearchIndex) -> str:
-    """The sentence(s) of the gold documents an answer rests on, copied as the tool returned them.
+    """The sentence(s) of the gold documents an answer rests on, as the tool returned them.
 
     single-hop and two-hop: the sentence of the last hop's document that holds the answer (a two-hop chain's
-    last document names the bridge entity too); comparison: the first sentence of both documents, which hold
-    the two years side by side; unanswerable: what the document does say, and that the year is missing.
+    last document names the bridge entity too; "Its headquarters are in X." names its organisation);
+    comparison: the first sentence of both documents, which hold the two years side by side; unanswerable:
+    what the document does say, and that the year is missing.
     """
-    texts = {d["id"]: d["text"] for d in index.documents}
-    docs = [_sentences(texts[i]) for i in task["support"]]
+    documents = {d["id"]: d for d in index.documents}
+    docs = [_sentences(documents[i]["text"]) for i in task["support"]]
     if task["kind"] == "comparison":
         return " ".join(d[0] for d in docs)
     if task["answer"] == UNKNOWN:
         return f"{docs[-1][0]} No year of birth is given."
-    title = index.documents[[d["id"] for d in index.documents].index(task["support"][-1])]["title"]
     hits = [s for s in docs[-1] if normalize_answer(task["answer"]) in normalize_answer(s)]
     sentence = hits[0] if hits else docs[-1][0]
-    return f"The headquarters of {title} are in {sentence.split(' in ', 1)[1]}" if sentence.startswith("Its ") else sentence
+    if sentence.startswith("Its headquarters are in "):
+        title = documents[task["support"][-1]]["title"]
+        return sentence.replace("Its headquarters", f"The headquarters of {title}", 1)
+    return sentence
 
 
 def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3, cite: bool = False) -> list[dict[str, Any]]:
