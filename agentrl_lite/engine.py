@@ -5,15 +5,19 @@ Sampling is the slowest part of an RL step on a small model. What this engine do
 
 - **KV cache kept across turns.** An episode's keys and values stay in memory between its turns; the next turn
   runs only the tokens appended since (the end-of-turn token and the tool's reply), never the conversation again.
-- **Shared prompt prefix.** The system prompt and tool schemas are identical for every episode of a batch: they
-  are run once and their cache is copied to every row. Identical prompts (a GRPO group) are run once too.
+- **Shared prompt prefix, stored once.** The system prompt and tool schemas are identical for every episode of a
+  batch: they are run once, and their keys and values are kept once, not copied to every row. Attention reads them
+  through `_prefix_attention`, which splits each row's softmax into the shared part and the row's own part. With
+  lesson 11's 620-token manager prompt, a copy per row made the prefix most of a batch's cache (and of the memory
+  every decoding step reads). Identical prompts (a GRPO group) are run once too.
 - **A pre-allocated cache.** Each decoding step writes its keys and values in place; a growing cache that
   concatenates at every step copies the whole cache every step (quadratic in the turn's length).
 - **One log-probability per step.** Only the sampled token's log π is kept, never the vocabulary's logits.
 - **Finished rows leave the batch**, instead of decoding padding until the slowest row ends.
 
-Layout. A batch holds B rows in one buffer per layer, (B, kv_heads, capacity, head_dim). Every row writes its
-next token at the same column; `valid` marks the columns that hold a real token of that row (padding between
+Layout. A batch holds the shared prefix once, (layers, kv_heads, prefix, head_dim), and B rows in one buffer per
+layer, (B, kv_heads, capacity, head_dim), for every token after the prefix. Every row writes its next token at the
+same column; `valid` marks the columns that hold a real token of that row (padding between
 a row's cached tokens and its new ones is never attended to), and each row has its own position ids, so the
 result is the one a single unpadded sequence would give. Exactness is tested: the recorded log-probabilities
 equal a fresh forward pass over the whole episode within 1e-4, and greedy decoding writes the tokens
@@ -22,11 +26,15 @@ equal a fresh forward pass over the whole episode within 1e-4, and greedy decodi
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 PREFIX_MIN_TOKENS = 8
 """shorter shared prefixes are not worth a separate forward pass"""
@@ -34,6 +42,67 @@ PREFILL_TOKENS = 4096
 """distinct prompts are prefilled in groups of similar length of at most this many tokens, padding included"""
 COMPACT_SHARE = 0.25
 """drop finished rows from the batch once they are at least this share of it"""
+
+PREFIX_ATTENTION = "agentrl_shared_prefix"
+"""the name `_prefix_attention` is registered under in transformers' `AttentionInterface`"""
+_PREFIX: contextvars.ContextVar[tuple[torch.Tensor, torch.Tensor] | None] = contextvars.ContextVar(
+    "agentrl_shared_prefix", default=None)
+
+
+def _prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                      **kwargs) -> tuple[torch.Tensor, None]:
+    """Attention over a prefix every row shares, stored once, followed by each row's own keys.
+
+    query (B, H, q, D); key and value (B, kv_heads, L, D): the rows' own tokens; attention_mask (B, 1, q, L),
+    additive, over those L columns only (the prefix precedes every query and is visible to all of them). The
+    prefix's keys and values, (layers, kv_heads, P, D), come from `_PREFIX`. One softmax over P + L columns, computed
+    in two parts that share its maximum and its normaliser: the prefix is multiplied once for all rows, as one
+    matrix of B·q queries, never copied per row. Without a prefix set, this is transformers' SDPA attention.
+    """
+    prefix = _PREFIX.get()
+    if prefix is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    prefix_keys, prefix_values = prefix[0][module.layer_idx], prefix[1][module.layer_idx]  # (kv_heads, P, D)
+    rows, heads, q, dim = query.shape
+    kv_heads = key.shape[1]
+    group = heads // kv_heads  # query heads per key-value head (grouped-query attention)
+    scaling = dim ** -0.5 if scaling is None else scaling
+    per_kv = query.reshape(rows, kv_heads, group * q, dim)  # query heads h = kv_head * group + g
+    # the shared part: every row's queries against the one prefix, (kv_heads, B·group·q, P)
+    shared = torch.bmm(per_kv.transpose(0, 1).reshape(kv_heads, rows * group * q, dim),
+                       prefix_keys.transpose(1, 2)) * scaling
+    own = torch.matmul(per_kv, key.transpose(-1, -2)) * scaling  # (B, kv_heads, group·q, L)
+    if attention_mask is not None:
+        own = (own.view(rows, kv_heads, group, q, -1) + attention_mask[:, :, None]).view_as(own)
+    shared = shared.view(kv_heads, rows, group * q, -1).transpose(0, 1)  # (B, kv_heads, group·q, P)
+    top = torch.maximum(shared.amax(-1, keepdim=True), own.amax(-1, keepdim=True))
+    shared, own = (shared - top).exp_(), (own - top).exp_()
+    norm = shared.sum(-1, keepdim=True) + own.sum(-1, keepdim=True)
+    out = torch.bmm(shared.transpose(0, 1).reshape(kv_heads, rows * group * q, -1), prefix_values)
+    out = out.view(kv_heads, rows, group * q, dim).transpose(0, 1) + torch.matmul(own, value)
+    out = (out / norm).reshape(rows, heads, q, dim)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(PREFIX_ATTENTION, _prefix_attention)
+
+
+@contextlib.contextmanager
+def _shared_prefix(model: PreTrainedModel, prefix: tuple[torch.Tensor, torch.Tensor] | None) -> Iterator[None]:
+    """Run `model` with `_prefix_attention` reading `prefix` (nothing changes when it is None)."""
+    if prefix is None:
+        yield
+        return
+    config, token = model.config, _PREFIX.set(prefix)
+    previous = config._attn_implementation
+    config._attn_implementation = PREFIX_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+        _PREFIX.reset(token)
 
 
 class _BufferLayer(DynamicLayer):
@@ -63,16 +132,29 @@ class _BufferLayer(DynamicLayer):
 
 @dataclass
 class RowCache:
-    """One episode's cache between turns: the keys and values of its first `length` tokens, no padding."""
+    """One episode's cache between turns: the keys and values of its first `length` tokens, no padding; the
+    shared prefix's by reference (the same tensors for every episode that was prefilled with it)."""
 
     keys: torch.Tensor
-    """(layers, kv_heads, length, head_dim)"""
+    """(layers, kv_heads, own tokens, head_dim): the tokens after the prefix"""
     values: torch.Tensor
-    """(layers, kv_heads, length, head_dim)"""
+    """(layers, kv_heads, own tokens, head_dim)"""
+    prefix: tuple[torch.Tensor, torch.Tensor] | None = None
+    """the shared prefix's keys and values, each (layers, kv_heads, prefix tokens, head_dim), or None"""
+
+    @property
+    def prefix_length(self) -> int:
+        return 0 if self.prefix is None else self.prefix[0].shape[2]
 
     @property
     def length(self) -> int:
-        return self.keys.shape[2]
+        return self.prefix_length + self.keys.shape[2]
+
+    def whole(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of all `length` tokens, the prefix copied in front."""
+        if self.prefix is None:
+            return self.keys, self.values
+        return torch.cat([self.prefix[0], self.keys], dim=2), torch.cat([self.prefix[1], self.values], dim=2)
 
 
 @dataclass
@@ -87,9 +169,11 @@ class TurnSample:
 
 
 class _Batch:
-    """B rows decoding together: the buffers, which columns are real tokens, and each row's next position."""
+    """B rows decoding together: the shared prefix (once), the rows' buffers, which of their columns are real
+    tokens, and each row's next position."""
 
-    def __init__(self, model: PreTrainedModel, rows: int, capacity: int) -> None:
+    def __init__(self, model: PreTrainedModel, rows: int, capacity: int,
+                 prefix: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         config = model.config
         layers = config.num_hidden_layers
         kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
@@ -101,6 +185,7 @@ class _Batch:
         self.valid = torch.zeros(rows, capacity, dtype=torch.bool, device=param.device)
         self.positions = torch.zeros(rows, dtype=torch.long, device=param.device)  # next token's position
         self.length = 0  # columns written
+        self.prefix = prefix  # (keys, values), each (layers, kv_heads, prefix tokens, head_dim), before every row
 
     def cache(self) -> Cache:
         return Cache(layers=[_BufferLayer(self.keys[i], self.values[i], self.length)
@@ -113,7 +198,8 @@ class _Batch:
 
     def row_cache(self, row: int) -> RowCache:
         columns = self.valid[row, :self.length].nonzero().squeeze(-1)
-        return RowCache(self.keys[:, row].index_select(2, columns), self.values[:, row].index_select(2, columns))
+        return RowCache(self.keys[:, row].index_select(2, columns), self.values[:, row].index_select(2, columns),
+                        self.prefix)
 
 
 @torch.no_grad()
@@ -123,6 +209,7 @@ def _forward(model: PreTrainedModel, batch: _Batch, chunk: torch.Tensor, chunk_v
 
     chunk_valid: (B, W) bool, False on padding columns (never attended to, later tokens included).
     chunk_positions: (B, W) long, each token's position in its own sequence.
+    The batch's shared prefix, if any, is visible to every token (`_prefix_attention`); the mask covers the rest.
     """
     start, width = batch.length, chunk.shape[1]
     batch.valid[:, start:start + width] = chunk_valid
@@ -135,8 +222,9 @@ def _forward(model: PreTrainedModel, batch: _Batch, chunk: torch.Tensor, chunk_v
     # not contiguous, and PyTorch's bf16 CPU linear on it expands the vocabulary projection to every row first
     # (rows × 49k × 576 for SmolLM2: 1.7 GB and 1.5 s for 31 rows); an index gathers a contiguous copy
     last = torch.tensor([width - 1], device=chunk.device)
-    out = model(input_ids=chunk, attention_mask=mask.unsqueeze(1), position_ids=chunk_positions,
-                past_key_values=batch.cache(), use_cache=True, logits_to_keep=last)
+    with _shared_prefix(model, batch.prefix):
+        out = model(input_ids=chunk, attention_mask=mask.unsqueeze(1), position_ids=chunk_positions,
+                    past_key_values=batch.cache(), use_cache=True, logits_to_keep=last)
     batch.length += width
     return out.logits[:, -1].float()
 
@@ -177,7 +265,8 @@ def _length_groups(lengths: list[int], budget: int | None = None) -> list[list[i
 
 
 def _start_fresh(model: PreTrainedModel, prompts: list[list[int]], pad: int, room: int) -> tuple[_Batch, torch.Tensor]:
-    """Prefill prompts without a cache: the shared prefix once, each distinct prompt once, then one row per prompt."""
+    """Prefill prompts without a cache: the shared prefix once (kept once), each distinct prompt once, then one row
+    per prompt."""
     device = next(model.parameters()).device
     distinct = list(dict.fromkeys(tuple(p) for p in prompts))
     index = {p: i for i, p in enumerate(distinct)}
@@ -186,32 +275,25 @@ def _start_fresh(model: PreTrainedModel, prompts: list[list[int]], pad: int, roo
     shared = shared if shared >= PREFIX_MIN_TOKENS else 0
     suffixes = [p[shared:] for p in unique]
     width = max(len(s) for s in suffixes)
-    batch = _Batch(model, len(unique), shared + width + room)
+    prefix = None
     if shared:
         head = _Batch(model, 1, shared)
         ids = torch.tensor([unique[0][:shared]], device=device)
         _forward(model, head, ids, torch.ones_like(ids, dtype=torch.bool), torch.arange(shared, device=device)[None])
-        batch.keys[:, :, :, :shared] = head.keys  # the prefix's cache, copied to every row
-        batch.values[:, :, :, :shared] = head.values
-        batch.valid[:, :shared] = True
-        batch.length = shared
+        prefix = (head.keys[:, 0], head.values[:, 0])  # (layers, kv_heads, shared, head_dim): kept once
+    batch = _Batch(model, len(unique), width + room, prefix)
     logits = torch.empty(len(unique), model.config.vocab_size, device=device)
     for group in _length_groups([len(s) for s in suffixes]):  # prompts of similar length, so little padding
-        sub = _Batch(model, len(group), shared + max(len(suffixes[i]) for i in group))
-        if shared:
-            sub.keys[:, :, :, :shared] = batch.keys[:, :1, :, :shared]
-            sub.values[:, :, :, :shared] = batch.values[:, :1, :, :shared]
-            sub.valid[:, :shared] = True
-            sub.length = shared
         ids, valid = _right_aligned([suffixes[i] for i in group], pad, device)
+        sub = _Batch(model, len(group), ids.shape[1], prefix)
         first = torch.full((len(group),), shared, dtype=torch.long, device=device)
         rows = torch.tensor(group, device=device)
         logits[rows] = _forward(model, sub, ids, valid, _positions(valid, first))
-        batch.keys[:, rows, :, shared + width - ids.shape[1]:shared + width] = sub.keys[:, :, :, shared:]  # right-aligned
-        batch.values[:, rows, :, shared + width - ids.shape[1]:shared + width] = sub.values[:, :, :, shared:]
-        batch.valid[rows, shared + width - ids.shape[1]:shared + width] = valid
+        batch.keys[:, rows, :, width - ids.shape[1]:width] = sub.keys  # right-aligned
+        batch.values[:, rows, :, width - ids.shape[1]:width] = sub.values
+        batch.valid[rows, width - ids.shape[1]:width] = valid
         batch.positions[rows] = first + valid.sum(1)
-    batch.length = shared + width
+    batch.length = width
     rows = torch.tensor([index[tuple(p)] for p in prompts], device=device)
     batch.keep(rows)
     return batch, logits[rows]
@@ -219,15 +301,21 @@ def _start_fresh(model: PreTrainedModel, prompts: list[list[int]], pad: int, roo
 
 def _continue(model: PreTrainedModel, caches: list[RowCache], pending: list[list[int]], pad: int, room: int
               ) -> tuple[_Batch, torch.Tensor]:
-    """Rebuild a batch from each row's cache (right-aligned) and run the tokens appended since (`pending`)."""
+    """Rebuild a batch from each row's cache (right-aligned) and run the tokens appended since (`pending`). Rows
+    that share one prefix keep it shared; rows prefilled in different batches get their prefix copied in."""
     device = next(model.parameters()).device
-    cached = max(c.length for c in caches)
+    prefix = caches[0].prefix
+    if any(c.prefix is not prefix for c in caches):
+        prefix = None
+    own = [(c.keys, c.values) if prefix is not None else c.whole() for c in caches]
+    cached = max(keys.shape[2] for keys, _ in own)
     width = max(len(p) for p in pending)
-    batch = _Batch(model, len(caches), cached + width + room)
-    for row, cache in enumerate(caches):
-        batch.keys[:, row, :, cached - cache.length:cached] = cache.keys
-        batch.values[:, row, :, cached - cache.length:cached] = cache.values
-        batch.valid[row, cached - cache.length:cached] = True
+    batch = _Batch(model, len(caches), cached + width + room, prefix)
+    for row, (keys, values) in enumerate(own):
+        batch.keys[:, row, :, cached - keys.shape[2]:cached] = keys
+        batch.values[:, row, :, cached - keys.shape[2]:cached] = values
+        batch.valid[row, cached - keys.shape[2]:cached] = True
+    del own
     batch.length = cached
     ids, valid = _right_aligned(pending, pad, device)
     first = torch.tensor([c.length for c in caches], dtype=torch.long, device=device)

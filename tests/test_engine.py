@@ -179,3 +179,59 @@ def test_inverse_cdf_sampling_follows_the_softmax():
     probabilities = torch.softmax(logits[0] / 0.7, -1)
     assert (frequencies - probabilities).abs().max() < 0.005, (frequencies, probabilities)
     torch.testing.assert_close(logprobs, probabilities.log()[tokens])
+
+
+def test_prefix_attention_equals_sdpa_over_the_prefix_and_the_rows_keys_together():
+    """`_prefix_attention` (the prefix stored once) gives SDPA's output over prefix + row keys concatenated, with
+    grouped-query heads, several query tokens, and masked (padding, causal) row columns."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from agentrl_lite.engine import _PREFIX, _prefix_attention
+
+    torch.manual_seed(0)
+    rows, heads, kv_heads, q, dim, prefix_len, own_len, layers = 3, 6, 2, 4, 8, 5, 7, 2
+    query = torch.randn(rows, heads, q, dim)
+    keys, values = torch.randn(rows, kv_heads, own_len, dim), torch.randn(rows, kv_heads, own_len, dim)
+    prefix = (torch.randn(layers, kv_heads, prefix_len, dim), torch.randn(layers, kv_heads, prefix_len, dim))
+    allowed = torch.rand(rows, 1, q, own_len) > 0.4
+    allowed[..., -1] = True  # every query sees at least one of its own columns
+    mask = torch.zeros(allowed.shape).masked_fill_(~allowed, torch.finfo(torch.float32).min)
+    module = SimpleNamespace(layer_idx=1, num_key_value_groups=heads // kv_heads, is_causal=False, training=False)
+    token = _PREFIX.set(prefix)
+    try:
+        ours, _ = _prefix_attention(module, query, keys, values, mask, scaling=dim ** -0.5)
+    finally:
+        _PREFIX.reset(token)
+    whole_keys = torch.cat([prefix[0][1].expand(rows, -1, -1, -1), keys], dim=2)
+    whole_values = torch.cat([prefix[1][1].expand(rows, -1, -1, -1), values], dim=2)
+    whole_mask = torch.cat([torch.zeros(rows, 1, q, prefix_len), mask], dim=-1)
+    reference, _ = sdpa_attention_forward(module, query, whole_keys, whole_values, whole_mask, scaling=dim ** -0.5)
+    torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_the_shared_prefix_is_kept_once_and_rows_from_different_batches_continue_exactly():
+    """Every row of a batch refers to one prefix (no copy per row). A turn that continues rows prefilled in two
+    batches (two prefixes) copies them in and stays exact: its log-probs equal a fresh forward pass."""
+    from agentrl_lite.engine import _start_fresh
+
+    model, tokenizer = tiny_policy(seed=4, init_std=0.5)
+    engine = Engine(model, tokenizer.pad_token_id, end_of_turn_id(tokenizer))
+    system = {"role": "system", "content": "You are a careful assistant. Use the tools and answer briefly. " * 3}
+    prompts = [tokenizer.apply_chat_template([system, {"role": "user", "content": q}], add_generation_prompt=True,
+                                             tokenize=True)["input_ids"] for q in ("a", "bb b", "c c c", "dddd")]
+    first, _ = _start_fresh(model, prompts[:2], engine.pad, 1)
+    second, _ = _start_fresh(model, prompts[2:], engine.pad, 1)
+    caches = [first.row_cache(0), first.row_cache(1), second.row_cache(0), second.row_cache(1)]
+    assert caches[0].prefix is caches[1].prefix and caches[0].prefix is not caches[2].prefix
+    assert caches[0].prefix_length > 20 and caches[0].keys.shape[2] == len(prompts[0]) - caches[0].prefix_length
+    assert [c.length for c in caches] == [len(p) for p in prompts]
+    engine.caches = dict(enumerate(caches))
+    sequences = [p + [17, 18, 19][:i + 1] for i, p in enumerate(prompts)]  # tokens appended since, of different lengths
+    torch.manual_seed(0)
+    samples = engine.sample_turn([0, 1, 2, 3], sequences, 5, temperature=0.7)
+    with torch.no_grad():
+        for seq, sample in zip(sequences, samples, strict=True):
+            fresh = fresh_logprobs(model, seq + sample.token_ids, 0.7)[len(seq) - 1:]
+            torch.testing.assert_close(torch.tensor(sample.logprobs), fresh, atol=1e-4, rtol=0)
