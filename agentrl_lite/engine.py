@@ -13,7 +13,8 @@ Sampling is the slowest part of an RL step on a small model. What this engine do
 - **A pre-allocated cache.** Each decoding step writes its keys and values in place; a growing cache that
   concatenates at every step copies the whole cache every step (quadratic in the turn's length).
 - **One log-probability per step.** Only the sampled token's log π is kept, never the vocabulary's logits.
-- **Finished rows leave the batch**, instead of decoding padding until the slowest row ends.
+- **Finished rows leave the batch**, instead of decoding padding until the slowest row ends; the rows that stay are
+  moved up within the same buffers (`_Batch.compact`), never copied into new ones.
 
 Layout. A batch holds the shared prefix once, (layers, kv_heads, prefix, head_dim), and B rows in one buffer per
 layer, (B, kv_heads, capacity, head_dim), for every token after the prefix. Every row writes its next token at the
@@ -64,6 +65,9 @@ def _prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if prefix is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
+    if kwargs.get("sliding_window") is not None:
+        raise NotImplementedError("the engine's shared-prefix attention has no sliding window; this model's "
+                                  "layers use one (sample with RolloutConfig(engine='generate')).")
     prefix_keys, prefix_values = prefix[0][module.layer_idx], prefix[1][module.layer_idx]  # (kv_heads, P, D)
     rows, heads, q, dim = query.shape
     kv_heads = key.shape[1]
@@ -72,17 +76,18 @@ def _prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     per_kv = query.reshape(rows, kv_heads, group * q, dim)  # query heads h = kv_head * group + g
     # the shared part: every row's queries against the one prefix, (kv_heads, B·group·q, P)
     shared = torch.bmm(per_kv.transpose(0, 1).reshape(kv_heads, rows * group * q, dim),
-                       prefix_keys.transpose(1, 2)) * scaling
-    own = torch.matmul(per_kv, key.transpose(-1, -2)) * scaling  # (B, kv_heads, group·q, L)
+                       prefix_keys.transpose(1, 2)).float() * scaling  # the softmax in float32, as SDPA's kernels
+    own = torch.matmul(per_kv, key.transpose(-1, -2)).float() * scaling  # (B, kv_heads, group·q, L)
     if attention_mask is not None:
         own = (own.view(rows, kv_heads, group, q, -1) + attention_mask[:, :, None]).view_as(own)
     shared = shared.view(kv_heads, rows, group * q, -1).transpose(0, 1)  # (B, kv_heads, group·q, P)
     top = torch.maximum(shared.amax(-1, keepdim=True), own.amax(-1, keepdim=True))
     shared, own = (shared - top).exp_(), (own - top).exp_()
     norm = shared.sum(-1, keepdim=True) + own.sum(-1, keepdim=True)
+    shared, own = shared.to(value.dtype), own.to(value.dtype)
     out = torch.bmm(shared.transpose(0, 1).reshape(kv_heads, rows * group * q, -1), prefix_values)
-    out = out.view(kv_heads, rows, group * q, dim).transpose(0, 1) + torch.matmul(own, value)
-    out = (out / norm).reshape(rows, heads, q, dim)
+    out = out.view(kv_heads, rows, group * q, dim).transpose(0, 1).float() + torch.matmul(own, value).float()
+    out = (out / norm).to(query.dtype).reshape(rows, heads, q, dim)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -192,9 +197,21 @@ class _Batch:
                              for i in range(self.keys.shape[0])])
 
     def keep(self, rows: torch.Tensor) -> None:
-        """Keep only `rows` (indices), in that order."""
+        """Keep only `rows` (indices, any order, repeats allowed), in that order: new buffers."""
         self.keys, self.values = self.keys[:, rows], self.values[:, rows]
         self.valid, self.positions = self.valid[rows], self.positions[rows]
+
+    def compact(self, rows: list[int]) -> None:
+        """Keep only `rows` (ascending indices), moved to the front of the same buffers. Decoding computes over the
+        kept rows only, and the batch never holds a second copy of its cache (`keep` would build one beside the
+        old buffers, nearly doubling the batch's memory at the moment finished rows leave)."""
+        for to, row in enumerate(rows):  # ascending: a row is moved before its own slot is overwritten
+            if to != row:
+                self.keys[:, to].copy_(self.keys[:, row])
+                self.values[:, to].copy_(self.values[:, row])
+        index = torch.tensor(rows, device=self.valid.device)
+        self.keys, self.values = self.keys[:, :len(rows)], self.values[:, :len(rows)]
+        self.valid, self.positions = self.valid[index], self.positions[index]
 
     def row_cache(self, row: int) -> RowCache:
         columns = self.valid[row, :self.length].nonzero().squeeze(-1)
@@ -294,8 +311,11 @@ def _start_fresh(model: PreTrainedModel, prompts: list[list[int]], pad: int, roo
         batch.valid[rows, width - ids.shape[1]:width] = valid
         batch.positions[rows] = first + valid.sum(1)
     batch.length = width
-    rows = torch.tensor([index[tuple(p)] for p in prompts], device=device)
-    batch.keep(rows)
+    order = [index[tuple(p)] for p in prompts]
+    if order == list(range(len(unique))):  # every prompt distinct: the batch is already in order (a copy would
+        return batch, logits                 # double its memory for a moment)
+    rows = torch.tensor(order, device=device)
+    batch.keep(rows)  # a group's prompt run once, its cache copied to each of the group's rows
     return batch, logits[rows]
 
 
@@ -405,7 +425,7 @@ class Engine:
                 break
             if done.sum() >= max(1, COMPACT_SHARE * len(rows)):  # drop finished rows from the batch
                 keep = (~done).nonzero().squeeze(-1)
-                batch.keep(keep)
+                batch.compact(keep.tolist())
                 rows = [rows[r] for r in keep.tolist()]
                 tokens, done = tokens[keep], done[keep]
             step_valid = ~done[:, None]  # a finished row still in the batch writes a column no one attends to

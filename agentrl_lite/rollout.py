@@ -48,6 +48,10 @@ class RolloutConfig:
     batch_size: int = 32
     """episodes sampled together; when there are more, they are batched by length (shortest first), so
     episodes of similar length share a batch and little padding is attended over"""
+    batch_tokens: int | None = None
+    """most tokens one sampling batch may hold: its rows × (its longest episode + max_new_tokens), the size of its
+    KV cache. Long prompts (lesson 11's whole dialogues) then go in smaller batches than short ones; a batch never
+    has fewer than one row. None: only batch_size limits a batch"""
     engine: str = "kv_cache"
     """"kv_cache": `agentrl_lite.engine` (cache kept across turns, shared prefix run once); "generate": one
     `model.generate` call per turn over the whole episode (the reference the engine is tested against)"""
@@ -56,6 +60,8 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         check_choice("engine", self.engine, ENGINES)
+        if self.batch_tokens is not None and self.batch_tokens <= 0:
+            raise ValueError(f"RolloutConfig.batch_tokens must be positive or None, got {self.batch_tokens}.")
 
 
 @torch.no_grad()
@@ -148,10 +154,8 @@ def rollout(
         active = [i for i, ep in enumerate(episodes) if ep.stop_reason is None]
         if not active:
             break
-        if len(active) > config.batch_size:  # batch episodes of similar length: less padding to attend over
-            active.sort(key=lambda i: len(episodes[i].token_ids))
-        for chunk_start in range(0, len(active), config.batch_size):
-            chunk = active[chunk_start:chunk_start + config.batch_size]
+        for chunk in sampling_batches([len(episodes[i].token_ids) for i in active], config):
+            chunk = [active[j] for j in chunk]
             sequences = [episodes[i].token_ids for i in chunk]
             if config.engine == "generate":
                 sampled = generate_turns(model, tokenizer, sequences, config)
@@ -168,6 +172,25 @@ def rollout(
     bar.close()
     model.train(was_training)
     return episodes
+
+
+def sampling_batches(lengths: list[int], config: RolloutConfig) -> list[list[int]]:
+    """Indices of episodes of these lengths (tokens so far), in the batches one turn samples them in: all together
+    when they fit `config.batch_size` and `config.batch_tokens`, else by length, shortest first (episodes of similar
+    length share a batch, so little padding is attended over), each batch as large as both limits allow."""
+    room = config.max_new_tokens
+
+    def fits(rows: int, longest: int) -> bool:
+        return rows <= config.batch_size and (config.batch_tokens is None or rows * (longest + room) <= config.batch_tokens)
+    if fits(len(lengths), max(lengths, default=0)):
+        return [list(range(len(lengths)))] if lengths else []
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if batches and fits(len(batches[-1]) + 1, lengths[i]):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def rollout_env(

@@ -6,7 +6,7 @@ import torch
 from agentrl_lite.chat import render
 from agentrl_lite.episode import Episode, Turn, is_void_turn
 from agentrl_lite.models import tiny_policy
-from agentrl_lite.rollout import RolloutConfig, rollout
+from agentrl_lite.rollout import RolloutConfig, rollout, sampling_batches
 from agentrl_lite.sft import SFTConfig, sft, tokenize_conversation
 from agentrl_lite.tasks.arithmetic import ArithmeticEnv, arithmetic_tasks, calculator_demonstration
 
@@ -201,3 +201,21 @@ def test_sft_in_token_capped_passes_takes_the_same_steps():
         results.append((losses, torch.cat([p.detach().flatten() for p in model.parameters()])))
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-4)
     assert torch.allclose(results[0][1], results[1][1], atol=1e-5)
+
+
+def test_sampling_batches_respect_the_row_and_token_limits_and_keep_the_old_batching_without_a_token_limit():
+    lengths = [900, 40, 60, 1500, 50, 45, 1200, 55]
+    plain = RolloutConfig(batch_size=3, max_new_tokens=100)
+    # without batch_tokens: by length, shortest first, batch_size rows each (as before the token limit existed)
+    assert sampling_batches(lengths, plain) == [[1, 5, 4], [7, 2, 0], [6, 3]]
+    assert sampling_batches(lengths, RolloutConfig(batch_size=8)) == [list(range(8))]  # all fit: prompt order
+    budgeted = RolloutConfig(batch_size=8, max_new_tokens=100, batch_tokens=2000)
+    batches = sampling_batches(lengths, budgeted)
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) == 1 or len(batch) * (longest + 100) <= 2000  # a row over the budget goes alone
+    assert batches[0] == [1, 5, 4, 7, 2]  # the short ones share a batch; each long one gets its own
+    assert [len(b) for b in batches] == [5, 1, 1, 1]
+    with pytest.raises(ValueError, match="batch_tokens"):
+        RolloutConfig(batch_tokens=0)

@@ -61,18 +61,53 @@ def render_bench_grpo_step(results: dict) -> str:
     return "\n".join(lines)
 
 
+def render_bench_engine_shared_prefix(results: dict) -> str:
+    """One sentence from benchmarks/engine_shared_prefix.py: the engine's shared prefix stored once."""
+    m = results["metrics"]
+    old, new = (m["best"][name] for name in m["runs"])
+    return (f"Measured by `{results['command']}` ({results['device']}, {results['date'][:10]}; {m['rows']} episodes "
+            f"with a {m['prompt_tokens']:.0f}-token shared prompt, {m['turns']} turns of {m['tokens_per_turn']} "
+            f"tokens, the best of {len(next(iter(m['runs'].values())))} fresh processes each): peak memory above the "
+            f"loaded model {old['above_loaded_mb']:.0f} MB with the prefix copied to every row, "
+            f"{new['above_loaded_mb']:.0f} MB with it stored once; sampling took {new['seconds']:.0f} s against "
+            f"{old['seconds']:.0f} s ({m['time_ratio']:.2f}×).")
+
+
+def render_probe_full_context_memory(results: dict) -> str:
+    """One sentence from benchmarks/probes/full_context_memory.py: a token budget per sampling batch."""
+    (plain_name, plain), (budget_name, budget) = results["metrics"]["runs"].items()
+    return (f"Measured by `{results['command']}` ({results['device']}, {results['date'][:10]}; lesson 11's "
+            f"{plain['questions']:.0f} full-context questions, prompts of {plain['prompt_tokens_mean']:.0f} tokens on "
+            f"average): peak memory above the loaded model {plain['above_loaded_mb']:.0f} MB with {plain_name}, "
+            f"{budget['above_loaded_mb']:.0f} MB with {budget_name}, in {budget['seconds']:.0f} s against "
+            f"{plain['seconds']:.0f} s.")
+
+
 def render_course_cpu(results: dict) -> str:
     """Every lesson's wall time in the last cpu course run(s), against the 20-minute budget."""
     m = results["metrics"]
-    lines = [f"Command: `{results['command']}`, {results['device']}, {results['date'][:10]}.", "",
-             "| lesson | cpu runtime | within the budget | peak memory | run |", "|---|---:|:---:|---:|---|"]
+    devices = list(dict.fromkeys(n.get("device", results["device"]) for n in m["notebooks"].values()))
+    lines = [f"Command: `{results['command']}`, {results['date'][:10]}.", "",
+             "| lesson | cpu runtime | within the budget | peak memory | machine | run |", "|---|---:|:---:|---:|---|---|"]
     for name, n in m["notebooks"].items():
         ok = "yes" if n["status"] == "ok" and n["seconds"] <= m["budget_seconds_per_notebook"] else "**no**"
         memory = f"{n['peak_rss_mb'] / 1024:.1f} GB" if n.get("peak_rss_mb") else "not measured"
-        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min | {ok} | {memory} | "
+        machine = _short_device(n.get("device", results["device"]))
+        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min | {ok} | {memory} | {machine} | "
                      f"`runs/{n['run_dir']}` |")
-    lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min** | | | |")
+    lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min** | | | | |")
+    if len(devices) > 1:
+        lines += ["", "The rows were measured on different machines (" + "; ".join(devices) + "): runtimes of "
+                  "different machines do not compare (an Intel Xeon without bf16 instructions runs every lesson in "
+                  "fp32, see `results/bench_bf16.json`)."]
     return "\n".join(lines + ["", memory_statement(m["notebooks"])])
+
+
+def _short_device(device: str) -> str:
+    """"Intel(R) Xeon(R) Processor @ 2.50GHz (2 cores)" → "Intel Xeon (2 cores)"; "AMD EPYC (2 cores)" as it is."""
+    words = device.replace("(R)", "").replace("(TM)", "").split()
+    cores = device[device.rfind("("):] if device.endswith("cores)") else ""
+    return " ".join(words[:2] + ([cores] if cores and cores not in " ".join(words[:2]) else []))
 
 
 RAM_SIZES_GB = (8, 12, 16, 24, 32, 64)
@@ -177,6 +212,8 @@ def render_seed_studies(results_dir: Path) -> str:
 
 BLOCKS: dict[str, Callable[[dict], str]] = {
     "bench_grpo_step": render_bench_grpo_step,
+    "bench_engine_shared_prefix": render_bench_engine_shared_prefix,
+    "probe_full_context_memory": render_probe_full_context_memory,
     "course_cpu": render_course_cpu,
 }
 """block name = results file name → its renderer"""

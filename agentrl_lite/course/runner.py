@@ -471,7 +471,8 @@ def write_runs_summary(run_dir: Path, profile: str, command: str, runs: list[Not
                 "heaviest_cells": [{"cell": i, "peak_rss_mb": mb} for i, mb in run.heaviest_cells()],
                 "error": run.error, "errors": [asdict(e) for e in run.errors]} for run in runs]
     (run_dir / "runs.json").write_text(
-        json.dumps({"profile": profile, "command": command, "notebooks": summary}, indent=2) + "\n")
+        json.dumps({"profile": profile, "command": command, "device": device_name(), "notebooks": summary},
+                   indent=2) + "\n")
 
 
 def _run_name(run_dir: str | Path) -> str:
@@ -490,6 +491,8 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
     with `make course LESSON=05` after a change to it; each notebook records the run it comes from.
     onto_committed: start from the committed file's notebooks (their run folders may be gone: runs/ is not
     committed), so one lesson's new run updates its row and leaves the others as they were measured.
+    Every notebook records the machine that ran it (a run folder from before runs.json named it: this machine; a
+    committed row without one: the committed file's device); the file's device names them all when they differ.
     """
     summaries = [json.loads((Path(d) / "runs.json").read_text()) for d in run_dirs]
     profiles = {s["profile"] for s in summaries}
@@ -502,12 +505,13 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
     committed = read_results(f"course_{profile}", profile, committed=False) if onto_committed else None
     if committed is not None:
         notebooks, earlier = dict(committed["metrics"]["notebooks"]), list(committed["metrics"]["run_dirs"])
+        notebooks = {name: {**n, "device": n.get("device", committed["device"])} for name, n in notebooks.items()}
         commands.insert(0, committed["command"])
     for run_dir, summary in zip(run_dirs, summaries, strict=True):
         for e in summary["notebooks"]:
             notebooks[e["notebook"]] = {"status": e["status"], "seconds": e["seconds"],
                                         "peak_rss_mb": e.get("peak_rss_mb"), "run_dir": _run_name(run_dir),
-                                        "command": summary["command"]}
+                                        "command": summary["command"], "device": summary.get("device", device_name())}
     notebooks = dict(sorted(notebooks.items()))
     metrics = {
         "run_dirs": list(dict.fromkeys([*earlier, *(_run_name(d) for d in run_dirs)])),
@@ -518,8 +522,9 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
         "failed": [name for name, n in notebooks.items() if n["status"] != "ok"],
     }
     command = " && ".join(dict.fromkeys(commands))
+    devices = list(dict.fromkeys(n["device"] for n in notebooks.values()))
     return write_results(f"course_{profile}", metrics, profile=profile, model="SmolLM2-135M-Instruct (embedded)",
-                         seed=0, command=command)
+                         seed=0, command=command, device=" and ".join(devices) if devices else None)
 
 
 def failed_notebooks(run_dir: str | Path) -> list[str]:
