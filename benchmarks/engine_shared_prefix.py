@@ -14,16 +14,12 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shlex
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from engine_revisions import compare_engines, load_engine
 
 
 def one(engine_file: str, rows: int, turns: int, tokens: int, words: int) -> dict[str, float]:
@@ -33,10 +29,7 @@ def one(engine_file: str, rows: int, turns: int, tokens: int, words: int) -> dic
 
     from agentrl_lite.models import load_policy
 
-    spec = importlib.util.spec_from_file_location("engine_under_test", engine_file)
-    engine_module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = engine_module  # dataclasses look their module up there
-    spec.loader.exec_module(engine_module)
+    engine_module = load_engine(engine_file)
     torch.manual_seed(0)
     model, tokenizer = load_policy(None)
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -84,29 +77,15 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one[0], args.rows, args.turns, args.tokens, args.system_words)))
         return
-    old = Path(tempfile.mkdtemp(prefix="engine-old-")) / "engine.py"
-    old.write_text(subprocess.run(["git", "show", f"{args.old_rev}:agentrl_lite/engine.py"], cwd=ROOT, check=True,
-                                  capture_output=True, text=True).stdout)
-    variants = {f"engine at {args.old_rev} (prefix copied per row)": str(old),
-                "this checkout's engine (prefix stored once)": str(ROOT / "agentrl_lite" / "engine.py")}
-    runs: dict[str, list[dict]] = {name: [] for name in variants}
-    try:
-        for _ in range(args.repeats):
-            for name, path in variants.items():
-                out = subprocess.run([sys.executable, __file__, "--old-rev", args.old_rev, "--rows", str(args.rows),
-                                      "--turns", str(args.turns), "--tokens", str(args.tokens),
-                                      "--system-words", str(args.system_words), "--one", path],
-                                     check=True, capture_output=True, text=True).stdout
-                runs[name].append(json.loads(out.strip().splitlines()[-1]))
-                print(name, runs[name][-1], flush=True)
-    finally:
-        old.unlink()
-        old.parent.rmdir()
+    names = (f"engine at {args.old_rev} (prefix copied per row)", "this checkout's engine (prefix stored once)")
+    runs = compare_engines(__file__, args.old_rev, names, ["--old-rev", args.old_rev, "--rows", str(args.rows),
+                                                           "--turns", str(args.turns), "--tokens", str(args.tokens),
+                                                           "--system-words", str(args.system_words)], args.repeats)
     from agentrl_lite import write_results
 
     best = {name: {"above_loaded_mb": min(r["above_loaded_mb"] for r in rs), "seconds": min(r["seconds"] for r in rs)}
             for name, rs in runs.items()}
-    old_name, new_name = variants
+    old_name, new_name = names
     write_results("bench_engine_shared_prefix", {
         "rows": args.rows, "turns": args.turns, "tokens_per_turn": args.tokens, "tool_reply_tokens": 100,
         "prompt_tokens": runs[new_name][0]["prompt_tokens"], "runs": runs, "best": best,

@@ -272,11 +272,15 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
 
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
 
-    def run(name: str, command: str, notebooks: list[dict]) -> Path:
+    def run(name: str, command: str, notebooks: list[dict], device: str | None = None) -> Path:
         run_dir = tmp_path / "runs" / name
         run_dir.mkdir(parents=True)
-        (run_dir / "runs.json").write_text(json.dumps({"profile": "cpu", "command": command, "notebooks": notebooks}))
+        summary = {"profile": "cpu", "command": command, "notebooks": notebooks}
+        (run_dir / "runs.json").write_text(json.dumps(summary if device is None else {**summary, "device": device}))
         return run_dir
+
+    monkeypatch.setattr("agentrl_lite.course.runner.device_name", lambda: "Machine A (2 cores)")
+    monkeypatch.setattr("agentrl_lite.course.results.device_name", lambda: "Machine A (2 cores)")
 
     whole = run("20260101T000000Z", "make course PROFILE=cpu",
                 [{"notebook": "00_a.ipynb", "status": "ok", "seconds": 100.0},
@@ -291,12 +295,17 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
     assert metrics["total_seconds"] == pytest.approx(105.0 + BUDGET_S["cpu"] + 1.0)
     assert metrics["over_budget"] == ["01_b.ipynb"] and metrics["failed"] == ["02_c.ipynb"]
     # a later rerun of one lesson replaces that lesson's entry and says where it comes from
+    # (on another machine: each notebook records its own, and the file names both)
     rerun = run("20260102T000000Z", "make course PROFILE=cpu LESSON=01",
-                [{"notebook": "01_b.ipynb", "status": "ok", "seconds": 900.0}])
-    metrics = json.loads(record_course_run(whole, rerun).read_text())["metrics"]
+                [{"notebook": "01_b.ipynb", "status": "ok", "seconds": 900.0}], device="Machine B (2 cores)")
+    record = json.loads(record_course_run(whole, rerun).read_text())
+    metrics = record["metrics"]
     assert metrics["notebooks"]["01_b.ipynb"] == {"status": "ok", "seconds": 900.0, "peak_rss_mb": None,
                                                   "run_dir": "20260102T000000Z",
-                                                  "command": "make course PROFILE=cpu LESSON=01"}
+                                                  "command": "make course PROFILE=cpu LESSON=01",
+                                                  "device": "Machine B (2 cores)"}
+    assert metrics["notebooks"]["00_a.ipynb"]["device"] == "Machine A (2 cores)"  # a runs.json without one: here
+    assert record["device"] == "Machine A (2 cores) and Machine B (2 cores)"
     assert metrics["over_budget"] == [] and metrics["notebooks"]["00_a.ipynb"]["run_dir"] == "20260101T000000Z"
     # one seed of a later `reproduce` run, onto the committed file whose run folders are gone
     (tmp_path / "runs" / "20260101T000000Z" / "runs.json").unlink()

@@ -13,15 +13,13 @@ alternating over `--repeats` rounds. Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shlex
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for its shared helper
+from engine_revisions import compare_engines, load_engine  # noqa: E402
 
 
 def one(engine_file: str, rows: int, turns: int, tokens: int) -> dict[str, float]:
@@ -31,10 +29,7 @@ def one(engine_file: str, rows: int, turns: int, tokens: int) -> dict[str, float
 
     from agentrl_lite.models import load_policy
 
-    spec = importlib.util.spec_from_file_location("engine_under_test", engine_file)
-    engine_module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = engine_module  # dataclasses look their module up there
-    spec.loader.exec_module(engine_module)
+    engine_module = load_engine(engine_file)
     torch.manual_seed(0)
     model, tokenizer = load_policy(None)
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -76,22 +71,9 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one[0], args.rows, args.turns, args.tokens)))
         return
-    old = Path(tempfile.mkdtemp(prefix="engine-old-")) / "engine.py"
-    old.write_text(subprocess.run(["git", "show", f"{args.old_rev}:agentrl_lite/engine.py"], cwd=ROOT, check=True,
-                                  capture_output=True, text=True).stdout)
-    variants = {f"engine at {args.old_rev}": str(old), "this checkout's engine": str(ROOT / "agentrl_lite" / "engine.py")}
-    runs: dict[str, list[dict]] = {name: [] for name in variants}
-    try:
-        for _ in range(args.repeats):
-            for name, path in variants.items():
-                out = subprocess.run([sys.executable, __file__, "--old-rev", args.old_rev, "--rows", str(args.rows),
-                                      "--turns", str(args.turns), "--tokens", str(args.tokens), "--one", path],
-                                     check=True, capture_output=True, text=True).stdout
-                runs[name].append(json.loads(out.strip().splitlines()[-1]))
-                print(name, runs[name][-1], flush=True)
-    finally:
-        old.unlink()
-        old.parent.rmdir()
+    runs = compare_engines(__file__, args.old_rev, (f"engine at {args.old_rev}", "this checkout's engine"),
+                           ["--old-rev", args.old_rev, "--rows", str(args.rows), "--turns", str(args.turns),
+                            "--tokens", str(args.tokens)], args.repeats)
     from agentrl_lite import write_results
 
     write_results("probe_engine_kv_memory", {
