@@ -43,6 +43,9 @@ PREFILL_TOKENS = 4096
 """distinct prompts are prefilled in groups of similar length of at most this many tokens, padding included"""
 COMPACT_SHARE = 0.25
 """drop finished rows from the batch once they are at least this share of it"""
+SHARE_MIN_ROWS = 8
+"""batches of fewer rows copy the shared prefix into each row after the prefill: few copies cost little memory,
+and SDPA's single kernel decodes a small batch faster than `_prefix_attention`'s separate operations"""
 
 PREFIX_ATTENTION = "agentrl_shared_prefix"
 """the name `_prefix_attention` is registered under in transformers' `AttentionInterface`"""
@@ -201,6 +204,18 @@ class _Batch:
         self.keys, self.values = self.keys[:, rows], self.values[:, rows]
         self.valid, self.positions = self.valid[rows], self.positions[rows]
 
+    def materialize_prefix(self) -> None:
+        """Copy the shared prefix into every row's buffer (the layout without `_prefix_attention`)."""
+        if self.prefix is None:
+            return
+        keys, values = self.prefix
+        rows, shared = self.keys.shape[1], keys.shape[2]
+        self.keys = torch.cat([keys[:, None].expand(-1, rows, -1, -1, -1), self.keys], dim=3)
+        self.values = torch.cat([values[:, None].expand(-1, rows, -1, -1, -1), self.values], dim=3)
+        self.valid = torch.cat([torch.ones(rows, shared, dtype=torch.bool, device=self.valid.device), self.valid], 1)
+        self.length += shared
+        self.prefix = None
+
     def compact(self, rows: list[int]) -> None:
         """Keep only `rows` (ascending indices), moved to the front of the same buffers. Decoding computes over the
         kept rows only, and the batch never holds a second copy of its cache (`keep` would build one beside the
@@ -312,11 +327,12 @@ def _start_fresh(model: PreTrainedModel, prompts: list[list[int]], pad: int, roo
         batch.positions[rows] = first + valid.sum(1)
     batch.length = width
     order = [index[tuple(p)] for p in prompts]
-    if order == list(range(len(unique))):  # every prompt distinct: the batch is already in order (a copy would
-        return batch, logits                 # double its memory for a moment)
-    rows = torch.tensor(order, device=device)
-    batch.keep(rows)  # a group's prompt run once, its cache copied to each of the group's rows
-    return batch, logits[rows]
+    if order != list(range(len(unique))):  # all distinct: already in order (a copy would double it for a moment)
+        batch.keep(torch.tensor(order, device=device))  # a group's prompt run once, copied to each of its rows
+        logits = logits[torch.tensor(order, device=device)]
+    if len(prompts) < SHARE_MIN_ROWS:
+        batch.materialize_prefix()
+    return batch, logits
 
 
 def _continue(model: PreTrainedModel, caches: list[RowCache], pending: list[list[int]], pad: int, room: int

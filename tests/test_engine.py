@@ -211,11 +211,14 @@ def test_prefix_attention_equals_sdpa_over_the_prefix_and_the_rows_keys_together
     torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-5)
 
 
-def test_the_shared_prefix_is_kept_once_and_rows_from_different_batches_continue_exactly():
+def test_the_shared_prefix_is_kept_once_and_rows_from_different_batches_continue_exactly(monkeypatch):
     """Every row of a batch refers to one prefix (no copy per row). A turn that continues rows prefilled in two
-    batches (two prefixes) copies them in and stays exact: its log-probs equal a fresh forward pass."""
+    batches (two prefixes) copies them in and stays exact: its log-probs equal a fresh forward pass. (Batches
+    under SHARE_MIN_ROWS rows copy the prefix into each row; lowered here so that two-row batches share it.)"""
+    import agentrl_lite.engine as engine_module
     from agentrl_lite.engine import _start_fresh
 
+    monkeypatch.setattr(engine_module, "SHARE_MIN_ROWS", 1)
     model, tokenizer = tiny_policy(seed=4, init_std=0.5)
     engine = Engine(model, tokenizer.pad_token_id, end_of_turn_id(tokenizer))
     system = {"role": "system", "content": "You are a careful assistant. Use the tools and answer briefly. " * 3}
