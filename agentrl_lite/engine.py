@@ -328,8 +328,9 @@ def _start_fresh(model: PreTrainedModel, prompts: list[list[int]], pad: int, roo
     batch.length = width
     order = [index[tuple(p)] for p in prompts]
     if order != list(range(len(unique))):  # all distinct: already in order (a copy would double it for a moment)
-        batch.keep(torch.tensor(order, device=device))  # a group's prompt run once, copied to each of its rows
-        logits = logits[torch.tensor(order, device=device)]
+        rows = torch.tensor(order, device=device)
+        batch.keep(rows)  # a group's prompt run once, copied to each of its rows
+        logits = logits[rows]
     if len(prompts) < SHARE_MIN_ROWS:
         batch.materialize_prefix()
     return batch, logits
