@@ -96,10 +96,19 @@ def sft(
     device = next(model.parameters()).device
     bf16 = use_bf16(config.bf16, device)
     per_conversation = bool(tools) and all(t is None or isinstance(t, list) for t in tools)
+    if not conversations:
+        raise ValueError("sft: no conversations to learn from.")
     if per_conversation and len(tools) != len(conversations):
         raise ValueError(f"sft: {len(tools)} tool lists for {len(conversations)} conversations.")
-    examples = [tokenize_conversation(tokenizer, c, tools[i] if per_conversation else tools)
-                for i, c in enumerate(conversations)]
+    examples: dict[int, tuple[list[int], list[int]]] = {}
+
+    def example(i: int) -> tuple[list[int], list[int]]:
+        """Conversation i, tokenized when a batch first draws it: a short run over a large demonstration set
+        (lesson 11's 3,500 manager prompts) must not render every chat template before its first step."""
+        if i not in examples:
+            examples[i] = tokenize_conversation(tokenizer, conversations[i], tools[i] if per_conversation else tools)
+        return examples[i]
+
     rng = random.Random(config.seed)
     order: list[int] = []
     params = [p for p in model.parameters() if p.requires_grad]
@@ -109,8 +118,8 @@ def sft(
     with large_tensors_mapped():  # activations of changing sizes: returned whole, not left as heap holes
         for _ in tqdm(range(config.steps), desc="SFT", disable=not config.progress):
             if len(order) < config.batch_size:  # reshuffle once the epoch is used up
-                order += rng.sample(range(len(examples)), len(examples))
-            batch = [examples[order.pop(0)] for _ in range(config.batch_size)]
+                order += rng.sample(range(len(conversations)), len(conversations))
+            batch = [example(order.pop(0)) for _ in range(config.batch_size)]
             batch.sort(key=lambda example: len(example[0]))  # similar lengths together: less padding, same loss
             n_labels = max(1, sum(sum(m[1:]) for _, m in batch))
             pad = tokenizer.pad_token_id
