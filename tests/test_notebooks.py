@@ -318,3 +318,36 @@ def test_a_notebook_over_its_memory_budget_fails_in_smoke_and_is_flagged_otherwi
     failed = check_memory(run, 200, fail=True)
     assert failed.status == "failed" and failed.errors[-1].ename == "MemoryBudgetExceeded"
     assert failed.errors[-1].cell_index == 4, "the error points at the heaviest cell"
+
+
+def test_pages_a_forked_child_shares_with_its_parent_count_once_in_a_kernels_memory() -> None:
+    """Lesson 10 runs candidate kernels in children forked from a forkserver that preloads PyTorch: summing each
+    process's RSS counted the shared pages once per child (its cpu peak read 6.9 GB)."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from agentrl_lite.course.runner import _resident_bytes
+
+    if not Path("/proc/self/smaps_rollup").exists():
+        pytest.skip("no PSS on this system: the runner falls back to RSS")
+    mb = 300
+    script = (f"import os, sys, time\nblock = bytearray(b'x' * ({mb} << 20))\n"
+              "pid = os.fork()\nprint('ready', flush=True) if pid else None\ntime.sleep(30)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        tree = [psutil.Process(parent.pid), *psutil.Process(parent.pid).children()]
+        assert len(tree) == 2
+        rss = sum(p.memory_info().rss for p in tree) / 2**20
+        counted = sum(_resident_bytes(p) for p in tree) / 2**20
+        assert rss > 2 * mb, "both processes map the block: the RSS sum counts it twice"
+        assert mb < counted < 1.3 * mb, f"the block once: {counted:.0f} MB"
+    finally:
+        for p in psutil.Process(parent.pid).children():
+            p.kill()
+        parent.kill()
+        parent.wait()

@@ -42,9 +42,24 @@ KERNEL = "python3"
 _RSS_EVERY_S = 0.25
 
 
+def _resident_bytes(process: Any) -> int:
+    """The memory `process` holds: its proportional set size (PSS) where Linux reports it, else its RSS.
+
+    PSS splits each page among the processes that share it, so a process tree's sum counts a page once. A sum
+    of RSS counts it in every process: lesson 10's candidate kernels run in children forked from a forkserver
+    that preloads PyTorch, and each child's RSS repeats the pages it shares with the forkserver."""
+    with contextlib.suppress(OSError, ValueError):
+        with open(f"/proc/{process.pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    return process.memory_info().rss
+
+
 @contextlib.contextmanager
 def _peak_rss(samples: list[tuple[float, float]] | None = None) -> Iterator[list[float]]:
-    """Sample the resident memory of this process's descendants (the kernel and whatever it starts) in a thread
+    """Sample the resident memory of this process's descendants (the kernel and whatever it starts; shared pages
+    counted once, `_resident_bytes`) in a thread
     while the block runs; yields a one-element list that holds the peak in MB afterwards (0 if never read).
     `samples`, when given, receives every reading as (unix time, MB), so memory can be attributed to cells."""
     import threading
@@ -59,7 +74,7 @@ def _peak_rss(samples: list[tuple[float, float]] | None = None) -> Iterator[list
             total = 0
             for child in me.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    total += child.memory_info().rss
+                    total += _resident_bytes(child)
             peak[0] = max(peak[0], total / 2**20)
             if samples is not None:
                 samples.append((time.time(), total / 2**20))
