@@ -124,8 +124,8 @@ def memory_statement(notebooks: dict[str, dict]) -> str:
     measured = {name.removesuffix(".ipynb"): n["peak_rss_mb"] for name, n in notebooks.items() if n.get("peak_rss_mb")}
     unmeasured = [name.removesuffix(".ipynb") for name, n in notebooks.items() if not n.get("peak_rss_mb")]
     text = (f"**Memory.** A lesson's kernel has a budget of {budget / 1024:.0f} GB (`make test` and a smoke run fail a "
-            "notebook above it, a cpu run flags it in its report). The measure is the kernel's process tree, a page "
-            "its processes share counted once (PSS where Linux reports it).")
+            "notebook above it, a cpu run flags it in its report). The measure is the kernel's resident memory plus what "
+            "the processes it starts hold, a page they share counted once (PSS where Linux reports it).")
     if measured:
         heaviest = max(measured, key=measured.get)
         over = [name for name, mb in measured.items() if mb > budget]
