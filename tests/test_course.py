@@ -354,3 +354,15 @@ def test_the_readme_states_the_ram_lessons_need_from_measured_peaks():
     assert "cpu profile needs 16 GB" in heavy, "a 10.2 GB lesson does not fit an 8 or 12 GB machine beside the system"
     assert "Not measured yet: 06_c." in text
     assert "none is over the budget" in memory_statement({"04_a.ipynb": {"peak_rss_mb": 3900.0}})
+
+
+def test_a_contended_runtime_is_marked_in_the_readme_table():
+    from agentrl_lite.course.readme import render_course_cpu
+
+    row = {"status": "ok", "seconds": 600.0, "peak_rss_mb": 3000.0, "run_dir": "r", "device": "AMD EPYC (2 cores)"}
+    results = {"command": "make course", "date": "2026-11-27", "device": "AMD EPYC (2 cores)",
+               "metrics": {"budget_seconds_per_notebook": 1200, "total_seconds": 1200.0,
+                           "notebooks": {"01_a.ipynb": row, "02_b.ipynb": {**row, "contended": "a probe ran beside it"}}}}
+    text = render_course_cpu(results)
+    assert "| 01_a | 10.0 min |" in text and "| 02_b | 10.0 min (contended) |" in text
+    assert "Contended runs (their runtime is too long): 02_b: a probe ran beside it." in text

@@ -93,9 +93,14 @@ def render_course_cpu(results: dict) -> str:
         ok = "yes" if n["status"] == "ok" and n["seconds"] <= m["budget_seconds_per_notebook"] else "**no**"
         memory = f"{n['peak_rss_mb'] / 1024:.1f} GB" if n.get("peak_rss_mb") else "not measured"
         machine = _short_device(n.get("device", results["device"]))
-        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min | {ok} | {memory} | {machine} | "
+        mark = " (contended)" if n.get("contended") else ""
+        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min{mark} | {ok} | {memory} | {machine} | "
                      f"`runs/{n['run_dir']}` |")
     lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min** | | | | |")
+    contended = {name.removesuffix(".ipynb"): n["contended"] for name, n in m["notebooks"].items() if n.get("contended")}
+    if contended:
+        lines += ["", "Contended runs (their runtime is too long): "
+                  + "; ".join(f"{name}: {why}" for name, why in contended.items()) + "."]
     if len(devices) > 1:
         lines += ["", "The rows were measured on different machines (" + "; ".join(devices) + "): runtimes of "
                   "different machines do not compare (an Intel Xeon without bf16 instructions runs every lesson in "

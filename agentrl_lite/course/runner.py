@@ -508,6 +508,8 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
     with `make course LESSON=05` after a change to it; each notebook records the run it comes from.
     onto_committed: start from the committed file's notebooks (their run folders may be gone: runs/ is not
     committed), so one lesson's new run updates its row and leaves the others as they were measured.
+    A notebook row may carry `contended` (why its runtime is too long, written by hand after the run); a later run
+    of that notebook replaces the row and drops it.
     Every notebook records the machine that ran it (a run folder from before runs.json named it: this machine; a
     committed row without one: the committed file's device); the file's device names them all when they differ.
     """
