@@ -260,8 +260,10 @@ def test_cli_exercises_check_and_strip_exit_codes(tmp_path: Path, capsys: pytest
     assert "stale:" in capsys.readouterr().out
     assert main(["exercises", *args]) == 0
     assert main(["exercises", "--check", *args]) == 0
+    assert main(["strip", "--check", str(solutions)]) == 1, "a folder: the notebooks in it"
     assert main(["strip", "--check", str(solutions / "01_a.ipynb")]) == 1
     assert main(["strip", str(solutions / "01_a.ipynb")]) == 0
+    assert main(["strip", "--check", str(solutions)]) == 0
     assert main(["strip", "--check", str(solutions / "01_a.ipynb")]) == 0
 
 

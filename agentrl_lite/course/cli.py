@@ -4,7 +4,7 @@ agentrl-lite course [--profile auto] [--notebooks notebooks] [--only GLOB] [--ou
     run every lesson into runs/<UTC timestamp>/ with report.md; exit 1 if a notebook failed
 agentrl-lite exercises [--check] [--solutions solutions] [--exercises exercises]
     regenerate exercises/ from solutions/; with --check change nothing, exit 1 if any is stale
-agentrl-lite strip [--check] PATH...
+agentrl-lite strip [--check] PATH... (a notebook or a folder of them)
     store notebooks without outputs and execution counts; with --check change nothing, exit 1 if any has them
 agentrl-lite data [--out data]
     regenerate the task files under data/ (deterministic, from fixed seeds)
@@ -88,7 +88,9 @@ def _exercises(args: argparse.Namespace) -> int:
 def _strip(args: argparse.Namespace) -> int:
     from agentrl_lite.course.exercises import strip_outputs
 
-    dirty = [path for path in map(Path, args.paths) if strip_outputs(path, dry_run=args.check)]
+    paths = [notebook for path in map(Path, args.paths)  # a folder: the notebooks in it
+             for notebook in (sorted(path.glob("*.ipynb")) if path.is_dir() else [path])]
+    dirty = [path for path in paths if strip_outputs(path, dry_run=args.check)]
     for path in dirty:
         print(f"{'has outputs' if args.check else 'stripped'}: {path}")
     if args.check and dirty:
