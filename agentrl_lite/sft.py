@@ -8,6 +8,7 @@ answers, not to predict the tool's output or the user's question.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,14 +101,11 @@ def sft(
         raise ValueError("sft: no conversations to learn from.")
     if per_conversation and len(tools) != len(conversations):
         raise ValueError(f"sft: {len(tools)} tool lists for {len(conversations)} conversations.")
-    examples: dict[int, tuple[list[int], list[int]]] = {}
-
+    @functools.cache
     def example(i: int) -> tuple[list[int], list[int]]:
         """Conversation i, tokenized when a batch first draws it: a short run over a large demonstration set
         (lesson 11's 3,500 manager prompts) must not render every chat template before its first step."""
-        if i not in examples:
-            examples[i] = tokenize_conversation(tokenizer, conversations[i], tools[i] if per_conversation else tools)
-        return examples[i]
+        return tokenize_conversation(tokenizer, conversations[i], tools[i] if per_conversation else tools)
 
     rng = random.Random(config.seed)
     order: list[int] = []
