@@ -103,3 +103,48 @@ def test_checkpointed_layers_give_the_same_values_and_gradients_and_keep_fewer_a
         assert (results[True][1][name] - grad).norm() <= 1e-5 * grad.norm() + 1e-7, name
     assert kept[True] < 0.5 * kept[False], kept
     assert all("forward" not in vars(layer) for layer in decoder_layers(model)), "the wrappers must be removed"
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_the_chunked_vocabulary_projection_equals_projecting_every_kept_position_and_keeps_no_logits(
+        monkeypatch, checkpoint):
+    """The vocabulary projection runs on the scored tokens only, a chunk at a time (here 5 tokens, so several
+    chunks and a ragged last one), recomputed in the backward pass: the same values, entropies and gradients as
+    projecting every kept position at once (the path a head with a bias takes), at temperature 1 and not, and no
+    vocabulary-sized tensor is kept for the backward pass (the old pass kept the whole log-softmax)."""
+    import agentrl_lite.logprobs as logprobs_module
+
+    model, tokenizer = tiny_policy(seed=5, init_std=0.5)
+    model.train()
+    generator = torch.Generator().manual_seed(2)
+    rows = [torch.randint(5, 300, (n,), generator=generator) for n in (14, 9, 17)]
+    width = max(len(r) for r in rows)
+    ids = torch.stack([torch.cat([r, torch.full((width - len(r),), tokenizer.pad_token_id)]) for r in rows])
+    attention = torch.stack([(torch.arange(width) < len(r)).long() for r in rows])
+    score = attention.clone()
+    score[0, :6], score[1, :3], score[2, :11] = 0, 0, 0  # rows scored from different positions: ragged spans
+    monkeypatch.setattr(logprobs_module, "HEAD_CHUNK_TOKENS", 5)
+    vocab = model.config.vocab_size
+    for temperature in (1.0, 0.8):
+        results, vocab_sized = {}, {}
+        for chunked in (False, True):
+            if not chunked:
+                monkeypatch.setattr(logprobs_module, "_plain_head", lambda model: None)
+            model.zero_grad()
+            saved: list[int] = []
+            with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t.shape[-1]) or t,
+                                                          lambda t: t):
+                values, entropy = token_logprobs(model, ids, attention, score, temperature, return_entropy=True,
+                                                 checkpoint=checkpoint)
+            vocab_sized[chunked] = saved.count(vocab)
+            values.sum().backward()
+            results[chunked] = values.detach(), entropy, {n: p.grad.clone() for n, p in model.named_parameters()}
+            monkeypatch.undo()
+            monkeypatch.setattr(logprobs_module, "HEAD_CHUNK_TOKENS", 5)
+        torch.testing.assert_close(results[True][0], results[False][0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(results[True][1], results[False][1], atol=1e-5, rtol=0)
+        assert (results[True][0][score == 0] == 0).all() and (results[True][0][:, 1:][score[:, 1:] == 1] < 0).all()
+        for name, grad in results[False][2].items():
+            assert (results[True][2][name] - grad).norm() <= 1e-5 * grad.norm() + 1e-7, name
+        assert vocab_sized[False] > 0 and vocab_sized[True] == 0, vocab_sized
+    assert "forward" not in vars(model.get_output_embeddings()), "the head must be itself again"
