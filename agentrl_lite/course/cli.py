@@ -92,9 +92,10 @@ def _strip(args: argparse.Namespace) -> int:
              for notebook in (sorted(path.glob("*.ipynb")) if path.is_dir() else [path])]
     dirty = [path for path in paths if strip_outputs(path, dry_run=args.check)]
     for path in dirty:
-        print(f"{'has outputs' if args.check else 'stripped'}: {path}")
+        print(f"{'not stored clean' if args.check else 'stripped'}: {path}")
     if args.check and dirty:
-        print("Store notebooks without outputs: run `agentrl-lite strip` on them")
+        print("Store notebooks without outputs, execution counts or run metadata, in nbformat's layout: "
+              "run `agentrl-lite strip` on them")
         return 1
     return 0
 
@@ -170,9 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     strip = sub.add_parser("strip", help="remove outputs and execution counts from notebooks, in place")
     strip.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 when a notebook has outputs"
+        "--check", action="store_true",
+        help="write nothing; exit 1 when a notebook is not stored clean (outputs, execution counts, run metadata, "
+             "or a layout other than nbformat's)"
     )
-    strip.add_argument("paths", nargs="+", metavar="PATH", help="notebook files")
+    strip.add_argument("paths", nargs="+", metavar="PATH", help="notebook files, or folders of them")
     strip.set_defaults(func=_strip)
 
     data = sub.add_parser("data", help="regenerate the task files under data/ from fixed seeds")
