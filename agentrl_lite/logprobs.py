@@ -9,13 +9,10 @@ policy tokens). Two savings, both exact:
   prompt within a group), so that shared prefix is run once and its keys and values are repeated to every row
   (`share_prefix`); the gradient flows back through the repetition into the one prefix pass.
 
-And two trades of time for memory, exact too:
-- `checkpoint=True` keeps no decoder layer's activations for the backward pass, only each layer's input, and
-  runs the layer again when its gradient is needed (`checkpointed_layers`). A pass of 2048 tokens through
-  SmolLM2-135M otherwise keeps about 2 GB of activations on the CPU, more than the optimizer's state.
-- the vocabulary projection runs on the scored tokens only, `HEAD_CHUNK_TOKENS` at a time, and with gradients
-  (and more than one chunk) each chunk's logits are recomputed in the backward pass (`_scored_logprobs`). A GRPO micro-batch's logits are
-  otherwise (rows × scored span × 49k) floats, several times over: its log-softmax, and both their gradients.
+And one trade of time for memory, exact too: `checkpoint=True` keeps no decoder layer's activations for the
+backward pass, only each layer's input, and runs the layer again when its gradient is needed
+(`checkpointed_layers`). A pass of 2048 tokens through SmolLM2-135M otherwise keeps about 2 GB of
+activations on the CPU, more than the optimizer's state.
 """
 
 from __future__ import annotations
@@ -30,9 +27,6 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 PREFIX_MIN_TOKENS = 16
 """a shared prefix shorter than this is run with the rest (a separate pass would not pay for itself)"""
-HEAD_CHUNK_TOKENS = 256
-"""scored tokens projected onto the vocabulary at a time: a chunk's fp32 logits take 50 MB for SmolLM2's 49k
-vocabulary, and a chunk's backward holds about four such tensors"""
 
 
 def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, first_scored: int) -> int:
@@ -178,18 +172,7 @@ def token_logprobs(
     keep = needed.any(dim=0).nonzero().squeeze(-1)  # positions some row needs: shared across the batch
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     entropy = torch.zeros_like(out)
-    head = _plain_head(model)
-    if keep.numel() > 0 and head is not None:
-        with _hidden_instead_of_logits(head):  # the model stops before its vocabulary projection
-            hidden = _logits(model, input_ids, attention_mask, keep, share_prefix, checkpoint)  # (batch, kept, hidden)
-        scored = needed[:, keep]  # (batch, kept): the row needs this position
-        rows, columns = scored.nonzero(as_tuple=True)
-        logprobs, entropies = _scored_logprobs(head, hidden[scored], input_ids[rows, keep[columns] + 1],
-                                               temperature, return_entropy)
-        out[rows, keep[columns] + 1] = logprobs
-        if return_entropy:
-            entropy[rows, keep[columns] + 1] = entropies
-    elif keep.numel() > 0:  # a head this module cannot run itself (a bias, logit scaling or soft-capping, LoRA)
+    if keep.numel() > 0:
         logits = _logits(model, input_ids, attention_mask, keep, share_prefix, checkpoint)
         # (batch, kept, vocab) in float32, the largest tensors of the pass: no scaled copy at temperature 1
         scaled = logits if temperature == 1.0 else logits.float() / temperature
@@ -202,64 +185,6 @@ def token_logprobs(
                 rows = torch.stack([entropy_from_logprobs(row) for row in all_logprobs])
                 entropy[:, keep + 1] = rows * needed[:, keep]
     return (out, entropy) if return_entropy else out
-
-
-def _plain_head(model: PreTrainedModel) -> torch.nn.Linear | None:
-    """The model's vocabulary projection when logits are exactly `hidden @ head.weight.T` (SmolLM2, Llama, Qwen2):
-    a bias-free `nn.Linear`, no logit scaling or soft-capping in the config; else None."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    config = getattr(model, "config", None)
-    if type(head) is not torch.nn.Linear or head.bias is not None:
-        return None
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", 1.0) not in (None, 1.0):
-        return None
-    return head
-
-
-@contextlib.contextmanager
-def _hidden_instead_of_logits(head: torch.nn.Linear) -> Iterator[None]:
-    """Inside, `head` hands back its input: the model's "logits" are the final hidden states at the kept positions."""
-    head.forward = lambda hidden: hidden  # an instance attribute: it shadows nn.Linear.forward until deleted
-    try:
-        yield
-    finally:
-        del head.forward
-
-
-def _chunk_logprobs(weight: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                    entropy: list[torch.Tensor] | None) -> torch.Tensor:
-    """log π(target | hidden) for one chunk of scored tokens. `entropy`, when given and still empty, receives the
-    chunk's entropies (detached): a checkpointed chunk runs twice and must report them once."""
-    logits = torch.nn.functional.linear(hidden, weight)
-    scaled = logits if temperature == 1.0 else logits.float() / temperature
-    logprobs = torch.log_softmax(scaled, dim=-1, dtype=torch.float32)
-    del logits, scaled
-    if entropy is not None and not entropy:
-        with torch.no_grad():
-            entropy.append(entropy_from_logprobs(logprobs))
-    return logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-
-
-def _scored_logprobs(head: torch.nn.Linear, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                     return_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(n,) log-probabilities of the n scored tokens from their (n, hidden) final hidden states, and their
-    entropies when asked: `HEAD_CHUNK_TOKENS` tokens at a time. With gradients and more than one chunk, a chunk
-    keeps only its hidden states for the backward pass, which projects it again (PyTorch's non-reentrant
-    checkpoint): exact, and the (n × vocabulary) logits, their log-softmax and both gradients are never held at
-    once."""
-    # one chunk's logits are small: it keeps them rather than project twice (about 5 % of an SFT step's time)
-    grad = torch.is_grad_enabled() and (hidden.requires_grad or head.weight.requires_grad) \
-        and hidden.shape[0] > HEAD_CHUNK_TOKENS
-    pieces: list[torch.Tensor] = []
-    entropies: list[list[torch.Tensor]] = []
-    for lo in range(0, hidden.shape[0], HEAD_CHUNK_TOKENS):
-        slot: list[torch.Tensor] | None = [] if return_entropy else None
-        args = (head.weight, hidden[lo:lo + HEAD_CHUNK_TOKENS], targets[lo:lo + HEAD_CHUNK_TOKENS], temperature, slot)
-        pieces.append(_checkpoint(_chunk_logprobs, *args, use_reentrant=False) if grad else _chunk_logprobs(*args))
-        if slot is not None:
-            entropies.append(slot)
-    logprobs = torch.cat(pieces)
-    return logprobs, (torch.cat([slot[0] for slot in entropies]) if return_entropy else None)
 
 
 def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
