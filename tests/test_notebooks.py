@@ -27,6 +27,7 @@ from agentrl_lite.course.exercises import (
     is_check_cell,
     make_exercise,
     notebook_text,
+    strip_outputs,
 )
 from agentrl_lite.course.runner import BUDGET_S, MEMORY_BUDGET_MB, NotebookRun, execute_notebook
 
@@ -213,8 +214,6 @@ def test_notebook_is_stored_clean_with_a_parameters_cell(relpath: str) -> None:
         if c.cell_type == "code" and (c.outputs or c.execution_count is not None)
     ]
     assert not dirty, f"cells {dirty} have outputs or execution counts: run `agentrl-lite strip {relpath}`"
-    from agentrl_lite.course.exercises import strip_outputs
-
     assert not strip_outputs(REPO / relpath, dry_run=True), (  # else `strip --check` flags it and a diff shows noise
         f"{relpath} is not in nbformat's stored layout: run `agentrl-lite strip {relpath}`")
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3", "the kernel must be python3"

@@ -5,7 +5,8 @@ agentrl-lite course [--profile auto] [--notebooks notebooks] [--only GLOB] [--ou
 agentrl-lite exercises [--check] [--solutions solutions] [--exercises exercises]
     regenerate exercises/ from solutions/; with --check change nothing, exit 1 if any is stale
 agentrl-lite strip [--check] PATH... (a notebook or a folder of them)
-    store notebooks without outputs and execution counts; with --check change nothing, exit 1 if any has them
+    store notebooks clean (no outputs, execution counts or run metadata; nbformat's layout); with --check change
+    nothing, exit 1 if any is not
 agentrl-lite data [--out data]
     regenerate the task files under data/ (deterministic, from fixed seeds)
 agentrl-lite readme [--check]
@@ -169,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exercises.set_defaults(func=_exercises)
 
-    strip = sub.add_parser("strip", help="remove outputs and execution counts from notebooks, in place")
+    strip = sub.add_parser("strip", help="store notebooks clean, in place: no outputs, execution counts or run metadata")
     strip.add_argument(
         "--check", action="store_true",
         help="write nothing; exit 1 when a notebook is not stored clean (outputs, execution counts, run metadata, "
