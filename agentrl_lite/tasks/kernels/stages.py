@@ -89,9 +89,17 @@ def correctness_inputs(task: KernelTask, shape: str) -> list[list[np.ndarray]]:
     return sets
 
 
-@lru_cache(maxsize=128)
+REFERENCE_CACHE_SIZE = 4
+"""tasks whose reference outputs stay in memory. A GRPO step checks its few tasks many times, so a handful is
+enough; each entry holds six input sets' outputs (up to 24 MB per task at the cpu shapes), and keeping all 62
+tasks, as an earlier cache of 128 did, held 1.1 GB in lesson 10's kernel. Recomputing one costs about 0.2 s
+(results/notes/10_kernel_generation_rl.md)"""
+
+
+@lru_cache(maxsize=REFERENCE_CACHE_SIZE)
 def reference_outputs(task: KernelTask, shape: str) -> list[np.ndarray]:
-    """The reference's outputs on `correctness_inputs`, computed by PyTorch in a separate process (cached)."""
+    """The reference's outputs on `correctness_inputs`, computed by PyTorch in a separate process (the last
+    `REFERENCE_CACHE_SIZE` tasks' are kept)."""
     status, value = cpu_c.run_in_child(cpu_c._reference_child, (task.reference_source(shape),
                                                                 correctness_inputs(task, shape)), timeout_s=120)
     if status != "ok":
