@@ -75,6 +75,11 @@ for _module, _name in ((agentrl_lite.models, "load_policy"), (agentrl_lite.sft, 
 for _name in ("__init__", "sample_groups", "score", "update", "save_checkpoint"):
     setattr(agentrl_lite.grpo.GRPOTrainer, _name,
             _tagged(f"grpo.{_name}", getattr(agentrl_lite.grpo.GRPOTrainer, _name)))
+import importlib
+for _spec in json.loads(os.environ.get("MEMORY_PHASES_TAGS", "[]")):  # --tag module:function
+    _module, _name = _spec.split(":")
+    _module = importlib.import_module(_module)
+    setattr(_module, _name, _tagged(_name, getattr(_module, _name)))
 '''
 
 
@@ -107,6 +112,8 @@ def main() -> None:
     parser.add_argument("notebook")
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--out", default=None, help="JSON file for the timeline and summary")
+    parser.add_argument("--tag", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="another function to tag, e.g. agentrl_lite.tasks.memory:replay_policy (repeatable)")
     args = parser.parse_args()
     import papermill
 
@@ -115,7 +122,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="memory-phases-"))
     source, executed, log = work / "probe.ipynb", work / "executed.ipynb", work / "memory.jsonl"
     nbformat.write(nb, source)
-    os.environ.update(AGENTRL_PROFILE=args.profile, MEMORY_PHASES_LOG=str(log))
+    os.environ.update(AGENTRL_PROFILE=args.profile, MEMORY_PHASES_LOG=str(log), MEMORY_PHASES_TAGS=json.dumps(args.tag))
     start = time.time()
     try:
         papermill.execute_notebook(str(source), str(executed), cwd=str(Path(args.notebook).parent),
