@@ -122,7 +122,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="memory-phases-"))
     source, executed, log = work / "probe.ipynb", work / "executed.ipynb", work / "memory.jsonl"
     nbformat.write(nb, source)
-    os.environ.update(AGENTRL_PROFILE=args.profile, MEMORY_PHASES_LOG=str(log), MEMORY_PHASES_TAGS=json.dumps(args.tag))
+    os.environ.update(AGENTRL_PROFILE=args.profile, MEMORY_PHASES_LOG=str(log), MEMORY_PHASES_TAGS=json.dumps(args.tag),
+                      TMPDIR=str(work))  # the kernel's temporary files (a forkserver's socket folder) stay in here
     start = time.time()
     try:
         papermill.execute_notebook(str(source), str(executed), cwd=str(Path(args.notebook).parent),
