@@ -123,7 +123,8 @@ def main() -> None:
     source, executed, log = work / "probe.ipynb", work / "executed.ipynb", work / "memory.jsonl"
     nbformat.write(nb, source)
     os.environ.update(AGENTRL_PROFILE=args.profile, MEMORY_PHASES_LOG=str(log), MEMORY_PHASES_TAGS=json.dumps(args.tag),
-                      TMPDIR=str(work))  # the kernel's temporary files (a forkserver's socket folder) stay in here
+                      TMPDIR=str(work),
+                      AGENTRL_RESULTS=str(work / "results"))  # the lesson's results file is not the committed one  # the kernel's temporary files (a forkserver's socket folder) stay in here
     start = time.time()
     try:
         papermill.execute_notebook(str(source), str(executed), cwd=str(Path(args.notebook).parent),
