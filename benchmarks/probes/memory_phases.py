@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -90,7 +91,6 @@ def summarise(log: Path, nb: nbformat.NotebookNode) -> list[dict]:
     spans = []
     for i, meta in cells:
         if meta.get("start_time") and meta.get("end_time"):
-            from datetime import datetime
             spans.append((i - 1, datetime.fromisoformat(meta["start_time"]).timestamp(),
                           datetime.fromisoformat(meta["end_time"]).timestamp()))  # i - 1: the probe cell
     out: dict[str, dict] = {}
