@@ -3,6 +3,7 @@
 # carried parts, then, until $DEADLINE seconds have passed,
 #   run.sh reproduce: reproduce each lesson named in $LESSONS over $SEEDS in the gpu profile, the seeds of a
 #                     lesson at once on the one GPU;
+#                     PARALLEL=1 starts every lesson's seeds at once (one GPU, 16 cores);
 #   run.sh smoke:     run every notebook and solution in the smoke profile on the GPU, $JOBS at a time (the
 #                     plumbing check: a tensor left on the CPU fails here and nowhere else).
 # With CELLMEM="notebook ...", first run each of those notebooks through cellmem.py (smoke profile, at most
@@ -43,6 +44,7 @@ if [ "$MODE" = smoke ]; then
   echo "smoke done after $((SECONDS - START)) s"
   for log in runs_gpu_smoke_*.log; do echo "$log: $(grep -E 'ok|fail|error|Error' "$log" | tail -n 2 | tr '\n' ' ')"; done
 fi
+[ "${PARALLEL:-0}" = 1 ] && export OMP_NUM_THREADS=2
 for lesson in $([ "$MODE" = reproduce ] && echo "$LESSONS"); do
   left=$((DEADLINE - (SECONDS - START)))
   [ "$left" -lt 120 ] && { echo "skip $lesson: $left s left"; continue; }
@@ -51,9 +53,14 @@ for lesson in $([ "$MODE" = reproduce ] && echo "$LESSONS"); do
       timeout "$left" python3 -m agentrl_lite reproduce "$lesson" --profile gpu --seeds "$seed" --out "runs/gpu_$lesson/s$seed" \
       > "runs_gpu_${lesson}_seed$seed.log" 2>&1 &
   done
+  [ "${PARALLEL:-0}" = 1 ] && continue  # PARALLEL=1: every lesson's seeds at once, waited for below
   wait
   echo "lesson $lesson done after $((SECONDS - START)) s"; tail -n 3 runs_gpu_"$lesson"_seed*.log
 done
+if [ "${PARALLEL:-0}" = 1 ]; then
+  while [ "$(jobs -rp | wc -l)" -gt 0 ]; do sleep 20; echo "$((SECONDS - START)) s: $(jobs -rp | wc -l) running"; done
+  for log in runs_gpu_*_seed*.log; do echo "== $log"; tail -n 2 "$log"; done
+fi
 nvidia-smi --query-gpu=name,memory.used --format=csv
 mkdir -p runs
 tar czf "$OUT/gpu_results.tgz" $(find runs -name "*.json" -o -name "*.md") $(ls -d results/gpu 2>/dev/null) runs_gpu_*.log
