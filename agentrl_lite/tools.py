@@ -222,6 +222,26 @@ SNIPPET_CHARS = 240
 """each returned document is cut to this many characters"""
 
 
+def import_bm25s():
+    """The `bm25s` module, imported with JAX (if installed) kept on the CPU.
+
+    At import, bm25s runs one JAX top-k when JAX is installed, to pick its fastest selection. On a GPU machine
+    that first JAX call reserves three quarters of the GPU's memory for JAX (its default), which the PyTorch
+    policy in the same process then cannot have: on a lent H200 a lesson's kernel held 105 GiB this way and
+    the other lessons on the card ran out of memory. The course's indexes are a few thousand documents, so
+    the CPU selects as fast. `JAX_PLATFORMS` is set only when JAX is not imported yet and the user has not
+    set it.
+    """
+    import os
+    import sys
+
+    if "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import bm25s
+
+    return bm25s
+
+
 class SearchIndex:
     """A BM25 index over titled documents, whose bound `search` method is the course's search tool.
 
@@ -235,8 +255,7 @@ class SearchIndex:
         import hashlib
         from pathlib import Path
 
-        import bm25s
-
+        bm25s = import_bm25s()
         if not documents:
             raise ValueError("SearchIndex needs at least one document")
         self.documents = [dict(d) for d in documents]
@@ -256,8 +275,7 @@ class SearchIndex:
 
     def top(self, query: str, k: int = 3) -> list[dict[str, str]]:
         """The k best documents for `query` (fewer when fewer contain any of its words), best first."""
-        import bm25s
-
+        bm25s = import_bm25s()
         words = [w for w in bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)[0]
                  if w in self.vocabulary]
         if not words:

@@ -234,3 +234,27 @@ def test_recall_at_k_of_gold_and_of_wrong_queries(index, questions):
     assert recall_at_k(index, q["queries"], q["support"], 3) == 1.0
     assert recall_at_k(index, q["queries"][:1], q["support"], 3) == 0.5
     assert recall_at_k(index, ["zzzz"], q["support"], 3) == 0.0
+
+
+def test_bm25s_keeps_jax_off_the_gpu(tmp_path):
+    """bm25s runs a JAX top-k at import; JAX's first call on a GPU reserves 75% of its memory (105 GiB on an H200).
+    A stand-in `jax` records the platform it was imported under: the course's import of bm25s must say cpu, and
+    must leave a platform the user chose alone."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "jax"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['SEEN']).write_text(os.environ.get('JAX_PLATFORMS', '<unset>'))\n")
+    (fake / "lax.py").write_text("def top_k(x, k):\n    return x[:k], list(range(k))\n")
+    code = "from agentrl_lite.tools import SearchIndex; SearchIndex([{'id': 'd', 'title': 'Osk', 'text': 'a town'}])"
+    for preset, expected in ((None, "cpu"), ("cuda", "cuda")):
+        env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+        env |= {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]), "SEEN": str(tmp_path / "seen")}
+        if preset:
+            env["JAX_PLATFORMS"] = preset
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+        assert (tmp_path / "seen").read_text() == expected

@@ -51,7 +51,7 @@ from agentrl_lite.evaluate import evaluate
 from agentrl_lite.models import sampling_copy
 from agentrl_lite.rewards import completion_text, exact_match, normalize_answer, token_f1
 from agentrl_lite.rollout import RolloutConfig
-from agentrl_lite.tools import SearchIndex, Toolbox
+from agentrl_lite.tools import SearchIndex, Toolbox, import_bm25s
 
 UNKNOWN = "unknown"
 """the gold answer of an unanswerable question"""
@@ -347,9 +347,7 @@ def memory_dialogues(seed: int = 0, n: int = DIALOGUES) -> list[dict[str, Any]]:
 # --- the memory bank: the manager's four operations as tools ---------------------------------------------
 def _searchable(content: str) -> bool:
     """Whether BM25 can index the text: it has a word that is not a stop word."""
-    import bm25s
-
-    return bool(bm25s.tokenize([content], stopwords="en", return_ids=False, show_progress=False)[0])
+    return bool(import_bm25s().tokenize([content], stopwords="en", return_ids=False, show_progress=False)[0])
 
 
 class MemoryBank:
