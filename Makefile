@@ -40,10 +40,11 @@ reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 
 		$(BIN)/agentrl-lite reproduce $(LESSON) --profile $(PROFILE) --seeds $(SEEDS) $(foreach s,$(SET),--set $(s))
 
 test: setup  ## unit tests + every notebook, solution and exercise in the smoke profile
-	$(BIN)/python -m pytest -q --durations=0 --basetemp=.pytest_tmp $(PYTEST_ARGS)  # temporary files stay in the project, not /tmp
+	$(BIN)/python -m pytest -q --durations=0 --basetemp=.pytest_tmp $(PYTEST_ARGS) && rm -rf .pytest_tmp
+# temporary files go to .pytest_tmp in the project, not /tmp; removed when the tests pass, kept to inspect when not
 
 unit: setup  ## unit tests only (no notebooks)
-	$(BIN)/python -m pytest -q --ignore=tests/test_notebooks.py --basetemp=.pytest_tmp $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --ignore=tests/test_notebooks.py --basetemp=.pytest_tmp $(PYTEST_ARGS) && rm -rf .pytest_tmp
 
 nbval: setup  ## every lesson under nbval (pytest --nbval-lax: each cell must run; outputs are not compared), smoke profile
 	AGENTRL_PROFILE=smoke $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-kernel-name python3 \
