@@ -346,6 +346,26 @@ class GRPOTrainer:
             masks.append([0] * len(mask) if excluded else mask)
         return masks
 
+    def micro_batch_plan(self, episodes: list[Episode], advantages: torch.Tensor,
+                         masks: list[list[int]] | None = None) -> tuple[list[int], list[list[int]]]:
+        """The episodes the loss pass runs, and its micro-batches (lists of episode indices).
+
+        Episodes with no gradient are left out (`skip_zero_advantage`); the rest go shortest first, so that rows of
+        similar length share a micro-batch and little of each pass is padding, while neighbours still share the
+        system prompt (`shared_with_previous`). The order changes only the summation order of the gradient.
+        """
+        c = self.config
+        masks = self.loss_mask(episodes) if masks is None else masks
+        order = list(range(len(episodes)))
+        if c.skip_zero_advantage and c.loss.beta == 0:  # no KL term: a zero-advantage episode has zero gradient
+            order = [i for i in order if bool((advantages[i] != 0).any())]
+        order.sort(key=lambda i: len(episodes[i].token_ids))  # stable: a group's equal lengths stay together
+        shared = shared_with_previous([episodes[i].token_ids for i in order], [masks[i] for i in order]) \
+            if c.micro_batch_tokens else None
+        chunks = [[order[j] for j in chunk] for chunk in micro_batches(
+            [len(episodes[i].token_ids) for i in order], c.micro_batch_size, c.micro_batch_tokens, shared)]
+        return order, chunks
+
     def update(self, episodes: list[Episode], advantages: torch.Tensor) -> dict[str, float]:
         """`num_iterations` gradient steps of the clipped policy loss over the batch, in micro-batches.
 
@@ -364,13 +384,7 @@ class GRPOTrainer:
             return {"update_skipped": 1.0}  # zero gradient: an AdamW step would only replay its momentum
         self.model.train()
         first: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # micro-batch → (π_old, IS weights)
-        order = list(range(len(episodes)))
-        if c.skip_zero_advantage and c.loss.beta == 0:  # no KL term: a zero-advantage episode has zero gradient
-            order = [i for i in order if bool((advantages[i] != 0).any())]
-        shared = shared_with_previous([episodes[i].token_ids for i in order], [masks[i] for i in order]) \
-            if c.micro_batch_tokens else None
-        chunks = [[order[j] for j in chunk] for chunk in micro_batches(
-            [len(episodes[i].token_ids) for i in order], c.micro_batch_size, c.micro_batch_tokens, shared)]
+        order, chunks = self.micro_batch_plan(episodes, advantages, masks)
         trained_tokens = max(1, sum(sum(masks[i]) for i in order))
         for iteration in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)

@@ -242,12 +242,14 @@ def test_step_group_credit_by_hand(tmp_path, monkeypatch):
     trainer.update(SIBLINGS, advantages)
     (per_token,) = seen
     a = advantages.tolist()
-    assert per_token.tolist() == [  # prompt | turn 0 | tool | turn 1, right-padded; each token its turn's value
+    rows = [  # prompt | turn 0 | tool | turn 1, right-padded; each token its turn's value
         [0, 0, 0, a[0][0], a[0][0], 0, a[0][1]],
         [0, 0, 0, a[1][0], a[1][0], 0, a[1][1]],
         [0, 0, 0, a[2][0], 0, a[2][1], 0],
         [0, 0, 0, a[3][0], 0, 0, 0],
     ]
+    order, _ = trainer.micro_batch_plan(SIBLINGS, advantages)  # the loss pass runs the episodes shortest first
+    assert per_token.tolist() == [rows[i] for i in order]
 
 
 def test_turn_rewards_add_to_the_episode_reward_at_the_last_turn(tmp_path):
@@ -462,6 +464,22 @@ def test_a_token_budget_changes_the_micro_batches_not_the_gradient(tmp_path, los
         trainer.optimizer.step = lambda trainer=trainer: grads.append(gradient(trainer))  # read the gradient, skip the step
         trainer.update(episodes, advantages)
     assert (grads[0] - grads[1]).norm() <= 1e-4 * grads[0].norm(), (grads[0] - grads[1]).norm() / grads[0].norm()
+
+
+def test_the_loss_pass_takes_episodes_shortest_first(tmp_path):
+    """Rows of similar length share a micro-batch (less padding); every episode with a gradient is run once."""
+    trainer = make_trainer(tmp_path, micro_batch_size=3, micro_batch_tokens=60)
+    episodes = trainer.sample_groups(trainer.next_tasks(2))
+    rewards, _ = trainer.score(episodes)
+    advantages = group_advantages(rewards, trainer.config.group_size)
+    lengths = [len(e.token_ids) for e in episodes]
+    if lengths == sorted(lengths):  # make the sampled order one that sorting changes
+        episodes, advantages, lengths = episodes[::-1], advantages.flip(0), lengths[::-1]
+    assert lengths != sorted(lengths)
+    order, chunks = trainer.micro_batch_plan(episodes, advantages)
+    assert [lengths[i] for i in order] == sorted(lengths[i] for i in order)
+    assert sorted(order) == [i for i in range(len(episodes)) if (advantages[i] != 0).any()]
+    assert [i for chunk in chunks for i in chunk] == order
 
 
 def test_skipping_zero_advantage_episodes_keeps_the_gradient(tmp_path):

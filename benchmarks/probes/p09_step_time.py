@@ -1,0 +1,159 @@
+"""Lesson 09 probe: where one GRPO step of the cpu profile spends its time, and what the loss pass's settings cost.
+
+The lesson's cpu run spent 146-305 s per GRPO step (results/09_agentic_search.json). This probe cold-starts the
+policy as the lesson does (fewer SFT steps: enough for search calls), samples one batch of the lesson's GRPO
+(4 prompts × 8, up to 4 turns of 40 tokens) and times sampling and scoring once. Then it runs the trainer's
+update on that same batch under each variant of the loss pass: micro-batch token budget and gradient
+checkpointing, and the order of the episodes in the micro-batches (as sampled, or by length, the trainer's
+`micro_batch_plan`). The weights are restored before each variant. For each variant it records the seconds, the
+micro-batches and the tokens they run, and the peak RSS during the update above the RSS before it.
+
+    python benchmarks/probes/p09_step_time.py --sft-steps 4 --out results/notes/09_probes/step_time.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from agentrl_lite import seed_everything
+from agentrl_lite.course.presets import grpo_preset
+from agentrl_lite.course.results import current_command, device_name
+from agentrl_lite.grpo import GRPOTrainer
+from agentrl_lite.logprobs import micro_batches, pass_tokens, shared_with_previous
+from agentrl_lite.models import large_tensors_mapped, load_policy, release_memory, stash_weights
+from agentrl_lite.rewards import exact_match_reward, format_reward
+from agentrl_lite.sft import SFTConfig, sft
+from agentrl_lite.tasks import DATA_DIR, read_jsonl
+from agentrl_lite.tasks.search import SearchEnv
+from agentrl_lite.tools import SearchIndex
+
+CPU_BUDGET = dict(steps=1, prompts=4, group=8, lr=2e-5)  # lesson 09's cpu profile
+RL_KINDS = ("two_hop", "comparison", "unanswerable")
+TURNS, TOKENS, FORMAT_WEIGHT = 4, 40, 0.2
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def timed_update(trainer: GRPOTrainer, episodes, advantages) -> dict:
+    """The trainer's update as `step` runs it (memory trimmed first, large tensors mapped), timed and watched."""
+    release_memory()
+    floor, peak, done = rss_mb(), [0.0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_mb())
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    start = time.perf_counter()
+    with large_tensors_mapped():
+        trainer.update(episodes, advantages)
+    seconds = time.perf_counter() - start
+    done.set()
+    watcher.join()
+    return {"seconds": round(seconds, 1), "rss_before_mb": round(floor), "peak_above_mb": round(peak[0] - floor)}
+
+
+def arrival_order_plan(trainer: GRPOTrainer):
+    """The trainer's micro-batch plan before 2026-11-27: episodes in the order they were sampled (not by length)."""
+    def plan(episodes, advantages, masks=None):
+        c = trainer.config
+        masks = trainer.loss_mask(episodes) if masks is None else masks
+        order = [i for i in range(len(episodes)) if bool((advantages[i] != 0).any())] \
+            if c.skip_zero_advantage and c.loss.beta == 0 else list(range(len(episodes)))
+        shared = shared_with_previous([episodes[i].token_ids for i in order], [masks[i] for i in order]) \
+            if c.micro_batch_tokens else None
+        return order, [[order[j] for j in chunk] for chunk in micro_batches(
+            [len(episodes[i].token_ids) for i in order], c.micro_batch_size, c.micro_batch_tokens, shared)]
+    return plan
+
+
+def layout(trainer: GRPOTrainer, episodes, advantages) -> dict:
+    """The micro-batches the update will run and the tokens of their passes (the loss pass's work)."""
+    masks = trainer.loss_mask(episodes)
+    order, chunks = trainer.micro_batch_plan(episodes, advantages, masks)
+    rows = {i: episodes[i].token_ids for i in order}
+    tokens = 0
+    for chunk in chunks:
+        shared = shared_with_previous([rows[i] for i in chunk], [masks[i] for i in chunk]) \
+            if trainer.config.micro_batch_tokens else None
+        tokens += pass_tokens([len(rows[i]) for i in chunk], shared)
+    return {"episodes_trained": len(order), "micro_batches": len(chunks), "pass_tokens": int(tokens),
+            "episode_tokens": int(sum(len(r) for r in rows.values()))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sft-steps", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-checkpointing", action="store_true", help="also time the update without checkpointing")
+    parser.add_argument("--out", default="results/notes/09_probes/step_time.json")
+    args = parser.parse_args()
+    began = time.perf_counter()
+    seed_everything(args.seed)
+    index = SearchIndex(read_jsonl(DATA_DIR / "search_corpus.jsonl"))
+    env = SearchEnv(index)
+    model, tokenizer = load_policy()
+    demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
+    conversations = [env.prompt(d)[:1] + d["messages"] for d in demos]
+    start = time.perf_counter()
+    sft(model, tokenizer, conversations, env.toolbox_for().schemas,
+        SFTConfig(steps=args.sft_steps, batch_size=8, lr=1e-4, bf16="auto", seed=args.seed))
+    sft_seconds = time.perf_counter() - start
+    train = read_jsonl(DATA_DIR / "search_train.jsonl")
+    rl_tasks = [q for kind in RL_KINDS for q in [q for q in train if q["kind"] == kind][:144]]
+    config = grpo_preset(CPU_BUDGET, args.seed, max_turns=TURNS, max_new_tokens=TOKENS)
+    trainer = GRPOTrainer(model, tokenizer, env, rl_tasks, [exact_match_reward, format_reward], config,
+                          reward_weights=[1.0, FORMAT_WEIGHT])
+    start = time.perf_counter()
+    episodes = trainer.sample_groups(trainer.next_tasks(config.prompts_per_step))
+    sampling_seconds = time.perf_counter() - start
+    rewards, _ = trainer.score(episodes)
+    advantages, _ = trainer.advantages(episodes, rewards)
+    lengths = [len(ep.token_ids) for ep in episodes]
+    batch = {"sampling_seconds": round(sampling_seconds, 1), "episodes": len(episodes),
+             "episode_tokens_mean": float(np.mean(lengths)), "episode_tokens_max": max(lengths),
+             "model_tokens_mean": float(np.mean([ep.num_model_tokens for ep in episodes])),
+             "searches_mean": float(np.mean([ep.num_tool_calls for ep in episodes])),
+             "reward_mean": float(rewards.mean())}
+    print(json.dumps(batch))
+    weights = stash_weights(model)
+    variants = {  # name: (config changes, micro-batch plan: None is the trainer's own)
+        "arrival order, 1024 tokens (the plan before 2026-11-27)": ({}, arrival_order_plan(trainer)),
+        "by length, 1024 tokens (the preset)": ({}, None),
+        "by length, 2048 tokens": ({"micro_batch_tokens": 2048}, None),
+    }
+    if args.no_checkpointing:
+        variants["by length, 1024 tokens, no checkpointing"] = ({"gradient_checkpointing": False}, None)
+    rows = {}
+    own_plan = trainer.micro_batch_plan
+    for name, (change, plan) in variants.items():
+        weights.restore(model)
+        trainer.config = replace(config, **change)
+        trainer.micro_batch_plan = plan or own_plan
+        rows[name] = {**layout(trainer, episodes, advantages), **timed_update(trainer, episodes, advantages)}
+        print(name, json.dumps(rows[name]))
+    record = {"command": current_command(), "device": device_name(), "seed": args.seed, "profile": "cpu",
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sft_steps": args.sft_steps,
+              "sft_seconds": round(sft_seconds, 1), "batch": batch, "updates": rows,
+              "runtime_seconds": round(time.perf_counter() - began, 1),
+              "threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()
