@@ -228,9 +228,9 @@ def import_bm25s():
     At import, bm25s runs one JAX top-k when JAX is installed, to pick its fastest selection. On a GPU machine
     that first JAX call reserves three quarters of the GPU's memory for JAX (its default), which the PyTorch
     policy in the same process then cannot have: on a lent H200 a lesson's kernel held 105 GiB this way and
-    the other lessons on the card ran out of memory. The course's indexes are a few thousand documents, so
-    the CPU selects as fast. `JAX_PLATFORMS` is set only when JAX is not imported yet and the user has not
-    set it.
+    the other lessons on the card ran out of memory. The course's indexes hold a few thousand documents, and
+    their top-k is small work for the CPU (not timed against the GPU). `JAX_PLATFORMS` is set only when JAX is
+    not imported yet and the user has not set it.
     """
     import os
     import sys
