@@ -24,6 +24,8 @@ import ast
 import json
 import math
 import operator
+import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -232,9 +234,6 @@ def import_bm25s():
     their top-k is small work for the CPU (not timed against the GPU). `JAX_PLATFORMS` is set only when JAX is
     not imported yet and the user has not set it.
     """
-    import os
-    import sys
-
     if "jax" not in sys.modules:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import bm25s
