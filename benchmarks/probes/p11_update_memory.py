@@ -10,6 +10,8 @@ tokens of their passes, the positions whose logits a pass keeps (a union over th
 float32 rows), the seconds, and the process's resident memory before and at the peak of the update.
 
     python benchmarks/probes/p11_update_memory.py --sft-steps 8 --out results/notes/11_probes/update_memory.json
+    python benchmarks/probes/p11_update_memory.py --sft-steps 8 --only-rows \
+        --out results/notes/11_probes/update_memory_rows.json   # rows per pass: 8 (the preset), 4, 2
 """
 
 from __future__ import annotations
