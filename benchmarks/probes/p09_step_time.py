@@ -45,15 +45,16 @@ def rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
-def timed_update(trainer: GRPOTrainer, episodes, advantages) -> dict:
-    """The trainer's update as `step` runs it (memory trimmed first, large tensors mapped), timed and watched."""
+def timed_update(trainer: GRPOTrainer, episodes, advantages, every: float = 0.05) -> dict:
+    """The trainer's update as `step` runs it (memory trimmed first, large tensors mapped), timed and watched
+    (the resident memory read every `every` seconds). Also used by `p11_update_memory.py`."""
     release_memory()
     floor, peak, done = rss_mb(), [0.0], threading.Event()
 
     def watch() -> None:
         while not done.is_set():
             peak[0] = max(peak[0], rss_mb())
-            time.sleep(0.05)
+            time.sleep(every)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -63,7 +64,8 @@ def timed_update(trainer: GRPOTrainer, episodes, advantages) -> dict:
     seconds = time.perf_counter() - start
     done.set()
     watcher.join()
-    return {"seconds": round(seconds, 1), "rss_before_mb": round(floor), "peak_above_mb": round(peak[0] - floor)}
+    return {"seconds": round(seconds, 1), "rss_before_mb": round(floor), "peak_mb": round(peak[0]),
+            "peak_above_mb": round(peak[0] - floor)}
 
 
 def arrival_order_plan(trainer: GRPOTrainer):
@@ -92,6 +94,22 @@ def layout(trainer: GRPOTrainer, episodes, advantages) -> dict:
         tokens += pass_tokens([len(rows[i]) for i in chunk], shared)
     return {"episodes_trained": len(order), "micro_batches": len(chunks), "pass_tokens": int(tokens),
             "episode_tokens": int(sum(len(r) for r in rows.values()))}
+
+
+def run_variants(trainer: GRPOTrainer, weights, episodes, advantages, variants: dict, describe, every: float = 0.05
+                 ) -> dict:
+    """The update on one batch under each variant, `{name: (config changes, micro-batch plan or None for the
+    trainer's own)}`, from the same weights (`weights`, a stash) each time: `describe(trainer, episodes,
+    advantages)` (the passes it will run) and `timed_update`, per name."""
+    config, own_plan, rows = trainer.config, trainer.micro_batch_plan, {}
+    for name, (change, plan) in variants.items():
+        weights.restore(trainer.model)
+        trainer.config = replace(config, **change)
+        trainer.micro_batch_plan = plan or own_plan
+        rows[name] = {**describe(trainer, episodes, advantages), **timed_update(trainer, episodes, advantages, every)}
+        print(name, json.dumps({k: v for k, v in rows[name].items() if k != "passes"}))
+    trainer.config, trainer.micro_batch_plan = config, own_plan
+    return rows
 
 
 def main() -> None:
@@ -137,14 +155,7 @@ def main() -> None:
     }
     if args.no_checkpointing:
         variants["by length, 1024 tokens, no checkpointing"] = ({"gradient_checkpointing": False}, None)
-    rows = {}
-    own_plan = trainer.micro_batch_plan
-    for name, (change, plan) in variants.items():
-        weights.restore(model)
-        trainer.config = replace(config, **change)
-        trainer.micro_batch_plan = plan or own_plan
-        rows[name] = {**layout(trainer, episodes, advantages), **timed_update(trainer, episodes, advantages)}
-        print(name, json.dumps(rows[name]))
+    rows = run_variants(trainer, weights, episodes, advantages, variants, layout)
     record = {"command": current_command(), "device": device_name(), "seed": args.seed, "profile": "cpu",
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sft_steps": args.sft_steps,
               "sft_seconds": round(sft_seconds, 1), "batch": batch, "updates": rows,

@@ -19,67 +19,29 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import threading
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from p09_step_time import (  # the update as lesson 09's probe watches it
+    arrival_order_plan,
+    rss_mb,
+    run_variants,
+)
 
 from agentrl_lite import seed_everything
 from agentrl_lite.course.presets import grpo_preset
 from agentrl_lite.course.results import current_command, device_name
 from agentrl_lite.grpo import GRPOTrainer
-from agentrl_lite.logprobs import micro_batches, pass_tokens, shared_with_previous
-from agentrl_lite.models import large_tensors_mapped, load_policy, release_memory, stash_weights
+from agentrl_lite.logprobs import pass_tokens, shared_with_previous
+from agentrl_lite.models import load_policy, stash_weights
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tasks.memory import MemoryManagerEnv, demonstration, manager_reward, manager_tasks
 
 CPU_BUDGET = dict(steps=2, prompts=4, group=8, lr=1e-5)  # lesson 11's cpu profile (its GRPO takes 6 steps)
 MANAGER_TOKENS, MIN_SHARE, CHOICE = 64, 0.2, ("change", "correct", "retract", "repeat")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
-
-
-def watched_update(trainer: GRPOTrainer, episodes, advantages) -> dict:
-    """The trainer's update as `step` runs it (memory trimmed first, large tensors mapped), timed and watched."""
-    release_memory()
-    floor, peak, done = rss_mb(), [0.0], threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], rss_mb())
-            time.sleep(0.02)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    start = time.perf_counter()
-    with large_tensors_mapped():
-        trainer.update(episodes, advantages)
-    seconds = time.perf_counter() - start
-    done.set()
-    watcher.join()
-    return {"seconds": round(seconds, 1), "rss_before_mb": round(floor), "peak_mb": round(peak[0]),
-            "peak_above_mb": round(peak[0] - floor)}
-
-
-def arrival_order_plan(trainer: GRPOTrainer):
-    """The trainer's micro-batch plan before 2026-11-27: episodes in the order they were sampled."""
-    def plan(episodes, advantages, masks=None):
-        c = trainer.config
-        masks = trainer.loss_mask(episodes) if masks is None else masks
-        order = [i for i in range(len(episodes)) if bool((advantages[i] != 0).any())] \
-            if c.skip_zero_advantage and c.loss.beta == 0 else list(range(len(episodes)))
-        shared = shared_with_previous([episodes[i].token_ids for i in order], [masks[i] for i in order]) \
-            if c.micro_batch_tokens else None
-        return order, [[order[j] for j in chunk] for chunk in micro_batches(
-            [len(episodes[i].token_ids) for i in order], c.micro_batch_size, c.micro_batch_tokens, shared)]
-    return plan
 
 
 def layout(trainer: GRPOTrainer, episodes, advantages) -> dict:
@@ -155,14 +117,7 @@ def main() -> None:
     }
     if args.only_rows:  # the second probe of 2026-11-27: rows per pass only
         variants = {k: v for k, v in variants.items() if "rows per pass" in k or "lesson's setting" in k}
-    rows = {}
-    own_plan = trainer.micro_batch_plan
-    for name, (change, plan) in variants.items():
-        weights.restore(model)
-        trainer.config = replace(config, **change)
-        trainer.micro_batch_plan = plan or own_plan
-        rows[name] = {**layout(trainer, episodes, advantages), **watched_update(trainer, episodes, advantages)}
-        print(name, json.dumps({k: v for k, v in rows[name].items() if k != "passes"}))
+    rows = run_variants(trainer, weights, episodes, advantages, variants, layout, every=0.02)
     record = {"command": current_command(), "device": device_name(), "seed": args.seed, "profile": "cpu",
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sft_steps": args.sft_steps,
               "sft_seconds": round(sft_seconds, 1),
