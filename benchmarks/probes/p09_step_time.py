@@ -83,17 +83,43 @@ def arrival_order_plan(trainer: GRPOTrainer):
 
 
 def layout(trainer: GRPOTrainer, episodes, advantages) -> dict:
-    """The micro-batches the update will run and the tokens of their passes (the loss pass's work)."""
+    """The micro-batches the update will run: per pass its rows, width, tokens (a shared prefix counted once) and
+    the positions whose logits it keeps (a union over its rows: vocabulary-sized float32 rows); in all, the
+    passes' tokens and the largest pass's logits."""
     masks = trainer.loss_mask(episodes)
     order, chunks = trainer.micro_batch_plan(episodes, advantages, masks)
-    rows = {i: episodes[i].token_ids for i in order}
-    tokens = 0
+    passes = []
     for chunk in chunks:
-        shared = shared_with_previous([rows[i] for i in chunk], [masks[i] for i in chunk]) \
-            if trainer.config.micro_batch_tokens else None
-        tokens += pass_tokens([len(rows[i]) for i in chunk], shared)
-    return {"episodes_trained": len(order), "micro_batches": len(chunks), "pass_tokens": int(tokens),
-            "episode_tokens": int(sum(len(r) for r in rows.values()))}
+        rows = [episodes[i].token_ids for i in chunk]
+        shared = shared_with_previous(rows, [masks[i] for i in chunk]) if trainer.config.micro_batch_tokens else None
+        scored = {t for i in chunk for t, m in enumerate(masks[i]) if m}  # positions whose token some row scores
+        passes.append({"rows": len(chunk), "width": max(map(len, rows)),
+                       "pass_tokens": int(pass_tokens([len(r) for r in rows], shared)),
+                       "kept_positions": len(scored), "logit_rows": len(chunk) * len(scored)})
+    vocab = trainer.model.get_output_embeddings().weight.shape[0]
+    return {"episodes_trained": len(order), "micro_batches": len(chunks),
+            "pass_tokens": sum(p["pass_tokens"] for p in passes),
+            "episode_tokens": int(sum(len(episodes[i].token_ids) for i in order)),
+            "largest_logits_mb": round(max((p["logit_rows"] for p in passes), default=0) * vocab * 4 / 2**20),
+            "passes": passes}
+
+
+def sample_batch(trainer: GRPOTrainer) -> tuple[list, object, dict]:
+    """One batch of the trainer's GRPO, sampled and scored: (episodes, advantages, a summary with its seconds)."""
+    start = time.perf_counter()
+    episodes = trainer.sample_groups(trainer.next_tasks(trainer.config.prompts_per_step))
+    sampling_seconds = time.perf_counter() - start
+    rewards, _ = trainer.score(episodes)
+    advantages, _ = trainer.advantages(episodes, rewards)
+    lengths = [len(ep.token_ids) for ep in episodes]
+    batch = {"sampling_seconds": round(sampling_seconds, 1), "episodes": len(episodes),
+             "episode_tokens_mean": float(np.mean(lengths)), "episode_tokens_min": min(lengths),
+             "episode_tokens_max": max(lengths),
+             "model_tokens_mean": float(np.mean([ep.num_model_tokens for ep in episodes])),
+             "tool_calls_mean": float(np.mean([ep.num_tool_calls for ep in episodes])),
+             "reward_mean": float(rewards.mean()), "nonzero_advantage": int((advantages != 0).sum())}
+    print(json.dumps(batch))
+    return episodes, advantages, batch
 
 
 def run_variants(trainer: GRPOTrainer, weights, episodes, advantages, variants: dict, describe, every: float = 0.05
@@ -135,18 +161,7 @@ def main() -> None:
     config = grpo_preset(CPU_BUDGET, args.seed, max_turns=TURNS, max_new_tokens=TOKENS)
     trainer = GRPOTrainer(model, tokenizer, env, rl_tasks, [exact_match_reward, format_reward], config,
                           reward_weights=[1.0, FORMAT_WEIGHT])
-    start = time.perf_counter()
-    episodes = trainer.sample_groups(trainer.next_tasks(config.prompts_per_step))
-    sampling_seconds = time.perf_counter() - start
-    rewards, _ = trainer.score(episodes)
-    advantages, _ = trainer.advantages(episodes, rewards)
-    lengths = [len(ep.token_ids) for ep in episodes]
-    batch = {"sampling_seconds": round(sampling_seconds, 1), "episodes": len(episodes),
-             "episode_tokens_mean": float(np.mean(lengths)), "episode_tokens_max": max(lengths),
-             "model_tokens_mean": float(np.mean([ep.num_model_tokens for ep in episodes])),
-             "searches_mean": float(np.mean([ep.num_tool_calls for ep in episodes])),
-             "reward_mean": float(rewards.mean())}
-    print(json.dumps(batch))
+    episodes, advantages, batch = sample_batch(trainer)
     weights = stash_weights(model)
     variants = {  # name: (config changes, micro-batch plan: None is the trainer's own)
         "arrival order, 1024 tokens (the plan before 2026-11-27)": ({}, arrival_order_plan(trainer)),

@@ -23,18 +23,18 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 from p09_step_time import (  # the update as lesson 09's probe watches it
     arrival_order_plan,
+    layout,
     rss_mb,
     run_variants,
+    sample_batch,
 )
 
 from agentrl_lite import seed_everything
 from agentrl_lite.course.presets import grpo_preset
 from agentrl_lite.course.results import current_command, device_name
 from agentrl_lite.grpo import GRPOTrainer
-from agentrl_lite.logprobs import pass_tokens, shared_with_previous
 from agentrl_lite.models import load_policy, stash_weights
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
@@ -42,24 +42,6 @@ from agentrl_lite.tasks.memory import MemoryManagerEnv, demonstration, manager_r
 
 CPU_BUDGET = dict(steps=2, prompts=4, group=8, lr=1e-5)  # lesson 11's cpu profile (its GRPO takes 6 steps)
 MANAGER_TOKENS, MIN_SHARE, CHOICE = 64, 0.2, ("change", "correct", "retract", "repeat")
-
-
-def layout(trainer: GRPOTrainer, episodes, advantages) -> dict:
-    """The micro-batches the update will run: rows, pass tokens, and the logit positions each pass keeps."""
-    masks = trainer.loss_mask(episodes)
-    order, chunks = trainer.micro_batch_plan(episodes, advantages, masks)
-    passes = []
-    for chunk in chunks:
-        rows = [episodes[i].token_ids for i in chunk]
-        shared = shared_with_previous(rows, [masks[i] for i in chunk]) if trainer.config.micro_batch_tokens else None
-        scored = {t for i in chunk for t, m in enumerate(masks[i]) if m}  # positions whose token some row scores
-        passes.append({"rows": len(chunk), "width": max(map(len, rows)),
-                       "pass_tokens": int(pass_tokens([len(r) for r in rows], shared)),
-                       "kept_positions": len(scored), "logit_rows": len(chunk) * len(scored)})
-    return {"episodes_trained": len(order), "micro_batches": len(chunks),
-            "pass_tokens": sum(p["pass_tokens"] for p in passes),
-            "largest_logits_mb": round(max((p["logit_rows"] for p in passes), default=0) * 49152 * 4 / 2**20),
-            "passes": passes}
 
 
 def main() -> None:
@@ -94,18 +76,7 @@ def main() -> None:
     trainer = GRPOTrainer(model, tokenizer, env, practice, [manager_reward], config)
     first = trainer.step()  # AdamW's moments exist from here on, as in the lesson's steps 2-6
     after_first = rss_mb()
-    start = time.perf_counter()
-    episodes = trainer.sample_groups(trainer.next_tasks(config.prompts_per_step))
-    sampling_seconds = time.perf_counter() - start
-    rewards, _ = trainer.score(episodes)
-    advantages, _ = trainer.advantages(episodes, rewards)
-    lengths = [len(ep.token_ids) for ep in episodes]
-    batch = {"sampling_seconds": round(sampling_seconds, 1), "episodes": len(episodes),
-             "episode_tokens_mean": float(np.mean(lengths)), "episode_tokens_min": min(lengths),
-             "episode_tokens_max": max(lengths),
-             "model_tokens_mean": float(np.mean([ep.num_model_tokens for ep in episodes])),
-             "reward_mean": float(rewards.mean()), "nonzero_advantage": int((advantages != 0).sum())}
-    print(json.dumps(batch))
+    episodes, advantages, batch = sample_batch(trainer)
     weights = stash_weights(model)
     variants = {  # name: (config changes, micro-batch plan: None is the trainer's own)
         "arrival order, 2048 tokens (the plan before 2026-11-27)": ({}, arrival_order_plan(trainer)),
