@@ -29,7 +29,13 @@ from agentrl_lite.course.exercises import (
     notebook_text,
     strip_outputs,
 )
-from agentrl_lite.course.runner import BUDGET_S, MEMORY_BUDGET_MB, NotebookRun, execute_notebook
+from agentrl_lite.course.runner import (
+    BUDGET_S,
+    CELL_TIMEOUT_S,
+    MEMORY_BUDGET_MB,
+    NotebookRun,
+    execute_notebook,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -56,7 +62,7 @@ class Executions:
                 path,
                 self.out_dir / relpath,
                 profile="smoke",
-                timeout_per_cell=2 * BUDGET_S["smoke"],
+                timeout_per_cell=CELL_TIMEOUT_S["smoke"],
                 allow_errors=path.parent.name == "exercises",  # run every cell: every check must fail
             )
             self.runs[relpath] = run

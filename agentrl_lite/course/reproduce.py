@@ -27,7 +27,13 @@ import numpy as np
 
 from agentrl_lite.course.profiles import resolve_profile
 from agentrl_lite.course.results import metric, profile_folder, write_results
-from agentrl_lite.course.runner import BUDGET_S, _environ, _new_run_dir, execute_notebook, write_runs_summary
+from agentrl_lite.course.runner import (
+    CELL_TIMEOUT_S,
+    _environ,
+    _new_run_dir,
+    execute_notebook,
+    write_runs_summary,
+)
 from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
 from agentrl_lite.tasks import REPO_ROOT
 
@@ -230,7 +236,7 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
         seed_dir = (run_dir / f"seed_{seed}").resolve()
         with _environ({"AGENTRL_RESULTS": str(seed_dir), "AGENTRL_COMMAND": f"{command}  # seed {seed}"}):
             run = execute_notebook(Path(notebooks_dir) / spec.notebook, seed_dir / spec.notebook, profile,
-                                   timeout_per_cell=2 * BUDGET_S[profile],
+                                   timeout_per_cell=CELL_TIMEOUT_S[profile],
                                    parameters={**(parameters or {}), "SEED": seed})
         if run.status != "ok":
             raise RuntimeError(f"seed {seed}: {spec.notebook} failed ({run.error}); executed copy in {seed_dir}")
