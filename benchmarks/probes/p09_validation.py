@@ -39,6 +39,29 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class StratifiedTrainer(GRPOTrainer):
+    """GRPO whose prompts come from the question kinds in turn (round robin), each kind in its own seeded random
+    order, epoch after epoch: a step of n prompts holds every kind when n is at least the number of kinds."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.by_kind = {k: [t for t in self.tasks if t["kind"] == k] for k in KINDS}
+        self.by_kind = {k: v for k, v in self.by_kind.items() if v}
+        self.queues: dict[str, list[dict]] = {k: [] for k in self.by_kind}
+        self.turn = 0
+
+    def next_tasks(self, n: int) -> list[dict]:
+        kinds = list(self.by_kind)
+        out = []
+        for _ in range(n):
+            kind = kinds[self.turn % len(kinds)]
+            self.turn += 1
+            if not self.queues[kind]:
+                self.queues[kind] = self.task_rng.sample(self.by_kind[kind], len(self.by_kind[kind]))
+            out.append(self.queues[kind].pop())
+        return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--sft-steps", type=int, default=12)
@@ -59,6 +82,8 @@ def main() -> None:
     p.add_argument("--rl-kinds", default=None, help="comma-separated question kinds GRPO trains on (default: all)")
     p.add_argument("--temperature", type=float, default=1.0, help="GRPO's sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model turn (sampling and evaluation)")
+    p.add_argument("--stratified", action="store_true", help="each GRPO step draws its prompts from the RL kinds in "
+                   "turn (one per kind, round robin), not from the pooled questions: every update sees every kind")
     p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
                    "sentence before the answer (search.evidence, SearchEnv(cite=True)); give --max-new-tokens 72")
     args = p.parse_args()
@@ -121,8 +146,9 @@ def main() -> None:
                              max_turns=4, max_new_tokens=args.max_new_tokens, dynamic_sampling=args.dynamic_sampling,
                              loss=LossConfig(beta=args.beta))
         config = replace(config, rollout=replace(config.rollout, temperature=args.temperature))
-        trainer = GRPOTrainer(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
-                              reward_weights=[1.0, args.format_weight])
+        trainer_class = StratifiedTrainer if args.stratified else GRPOTrainer
+        trainer = trainer_class(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
+                                reward_weights=[1.0, args.format_weight])
         t = time.perf_counter()
         row["validation_during_grpo"] = {}
         if args.eval_every:
