@@ -45,16 +45,15 @@ class StratifiedTrainer(GRPOTrainer):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.by_kind = {k: [t for t in self.tasks if t["kind"] == k] for k in KINDS}
-        self.by_kind = {k: v for k, v in self.by_kind.items() if v}
-        self.queues: dict[str, list[dict]] = {k: [] for k in self.by_kind}
+        self.by_kind = {k: tasks for k in KINDS if (tasks := [t for t in self.tasks if t["kind"] == k])}
+        self.kinds = list(self.by_kind)
+        self.queues: dict[str, list[dict]] = {k: [] for k in self.kinds}
         self.turn = 0
 
     def next_tasks(self, n: int) -> list[dict]:
-        kinds = list(self.by_kind)
         out = []
         for _ in range(n):
-            kind = kinds[self.turn % len(kinds)]
+            kind = self.kinds[self.turn % len(self.kinds)]
             self.turn += 1
             if not self.queues[kind]:
                 self.queues[kind] = self.task_rng.sample(self.by_kind[kind], len(self.by_kind[kind]))
