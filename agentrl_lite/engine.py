@@ -47,6 +47,12 @@ SHARE_MIN_ROWS = 8
 """batches of fewer rows copy the shared prefix into each row after the prefill: few copies cost little memory,
 and SDPA's single kernel decodes a small batch faster than `_prefix_attention`'s separate operations"""
 
+KEY_SPAN_STEP = 64
+"""attention reads each row's keys in spans that grow in steps of this many columns, the columns not yet written
+masked. On a CPU, oneDNN compiles and caches a kernel per matrix shape for bf16 products; a span that grew by one
+column per decoded token gave every step new shapes, and the cached kernels took gigabytes in lesson 05's bf16
+BFCL evaluation (results/notes/05_rl_for_tool_calls.md)"""
+
 PREFIX_ATTENTION = "agentrl_shared_prefix"
 """the name `_prefix_attention` is registered under in transformers' `AttentionInterface`"""
 _PREFIX: contextvars.ContextVar[tuple[torch.Tensor, torch.Tensor] | None] = contextvars.ContextVar(
@@ -114,12 +120,13 @@ def _shared_prefix(model: PreTrainedModel, prefix: tuple[torch.Tensor, torch.Ten
 
 
 class _BufferLayer(DynamicLayer):
-    """One layer's keys and values in a pre-allocated buffer: appending writes in place."""
+    """One layer's keys and values in a pre-allocated buffer: appending writes in place. Attention reads the
+    first `span` columns (at least those written): the columns past the written ones are masked."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int, span: int = 0) -> None:
         super().__init__()
         self.keys, self.values = keys, values  # (batch, kv_heads, capacity, head_dim), views of the batch's buffer
-        self.length = length
+        self.length, self.span = length, span
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
 
@@ -129,13 +136,14 @@ class _BufferLayer(DynamicLayer):
         self.keys[:, :, self.length:end] = key_states
         self.values[:, :, self.length:end] = value_states
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        span = max(end, self.span)
+        return self.keys[:, :, :span], self.values[:, :, :span]
 
     def get_seq_length(self) -> int:
         return self.length
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.length + query_length, 0
+        return max(self.length + query_length, self.span), 0
 
 
 @dataclass
@@ -195,8 +203,8 @@ class _Batch:
         self.length = 0  # columns written
         self.prefix = prefix  # (keys, values), each (layers, kv_heads, prefix tokens, head_dim), before every row
 
-    def cache(self) -> Cache:
-        return Cache(layers=[_BufferLayer(self.keys[i], self.values[i], self.length)
+    def cache(self, span: int = 0) -> Cache:
+        return Cache(layers=[_BufferLayer(self.keys[i], self.values[i], self.length, span)
                              for i in range(self.keys.shape[0])])
 
     def keep(self, rows: torch.Tensor) -> None:
@@ -244,9 +252,11 @@ def _forward(model: PreTrainedModel, batch: _Batch, chunk: torch.Tensor, chunk_v
     The batch's shared prefix, if any, is visible to every token (`_prefix_attention`); the mask covers the rest.
     """
     start, width = batch.length, chunk.shape[1]
+    # attention reads the written columns rounded up to a multiple of KEY_SPAN_STEP (the rest masked): see its note
+    span = min(batch.valid.shape[1], -(-(start + width) // KEY_SPAN_STEP) * KEY_SPAN_STEP)
     batch.valid[:, start:start + width] = chunk_valid
-    allowed = batch.valid[:, :start + width].unsqueeze(1).expand(-1, width, -1)  # (B, W, kv): real keys only
-    causal = torch.ones(width, start + width, dtype=torch.bool, device=chunk.device).tril(start)
+    allowed = batch.valid[:, :span].unsqueeze(1).expand(-1, width, -1)  # (B, W, kv): real keys only
+    causal = torch.ones(width, span, dtype=torch.bool, device=chunk.device).tril(start)
     allowed = allowed & causal  # and none from a later column
     dtype = next(model.parameters()).dtype
     mask = torch.zeros(allowed.shape, dtype=dtype, device=chunk.device).masked_fill_(~allowed, torch.finfo(dtype).min)
@@ -256,7 +266,7 @@ def _forward(model: PreTrainedModel, batch: _Batch, chunk: torch.Tensor, chunk_v
     last = torch.tensor([width - 1], device=chunk.device)
     with _shared_prefix(model, batch.prefix):
         out = model(input_ids=chunk, attention_mask=mask.unsqueeze(1), position_ids=chunk_positions,
-                    past_key_values=batch.cache(), use_cache=True, logits_to_keep=last)
+                    past_key_values=batch.cache(span), use_cache=True, logits_to_keep=last)
     batch.length += width
     return out.logits[:, -1].float()
 

@@ -223,6 +223,7 @@ class GRPOTrainer:
     # --- rollout and reward ----------------------------------------------------------------------------
     def sample_groups(self, tasks: list[dict]) -> list[Episode]:
         """`group_size` episodes per task, consecutive (the layout the advantages expect)."""
+        self._sync_sampler(only_parked=True)  # an update that raised after parking it
         return rollout_env(self.sampler or self.model, self.tokenizer, self.env,
                            [t for t in tasks for _ in range(self.config.group_size)], self.config.rollout)
 
@@ -382,6 +383,7 @@ class GRPOTrainer:
             bool((advantages[i] != 0).any()) for i, m in enumerate(masks) if any(m)
         ):
             return {"update_skipped": 1.0}  # zero gradient: an AdamW step would only replay its momentum
+        self._park_sampler()  # its weights are rewritten after the update: not held through the loss passes
         self.model.train()
         first: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # micro-batch → (π_old, IS weights)
         order, chunks = self.micro_batch_plan(episodes, advantages, masks)
@@ -439,12 +441,24 @@ class GRPOTrainer:
         self.model.eval()
         return {**sums, **_sampling_metrics(gaps), "update_skipped": 0.0}
 
-    def _sync_sampler(self) -> None:
-        """Copy the policy's weights into the sampler (a cast copy: tens of milliseconds)."""
+    def _park_sampler(self) -> None:
+        """Free the sampler's weights until `_sync_sampler` writes them again (270 MB for SmolLM2-135M in bf16,
+        otherwise held through the loss passes, the moment of a step's peak memory)."""
+        if self.sampler is not None:
+            for mine in self.sampler.parameters():
+                mine.data = mine.data.new_empty(0)
+
+    def _sync_sampler(self, only_parked: bool = False) -> None:
+        """Copy the policy's weights into the sampler (a cast copy: tens of milliseconds). only_parked: only if
+        `_park_sampler` left it without weights."""
         if self.sampler is not None:
             with torch.no_grad():
                 for mine, theirs in zip(self.sampler.parameters(), self.model.parameters(), strict=True):
-                    mine.copy_(theirs)
+                    if mine.shape == theirs.shape:
+                        if not only_parked:
+                            mine.copy_(theirs)
+                    else:  # parked (`_park_sampler`)
+                        mine.data = theirs.detach().to(mine.dtype)
 
     def reference_logprobs(self, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
