@@ -105,6 +105,30 @@ def test_sampled_logprobs_equal_a_fresh_forward_with_a_shared_prefix_and_groups(
             torch.testing.assert_close(torch.tensor(ep.logprobs[1:])[mask], fresh[mask], atol=1e-4, rtol=0)
 
 
+def test_decoding_reads_the_keys_in_spans_of_a_few_widths(monkeypatch):
+    """A decoded token widens its row by one column, but attention reads the keys in spans that grow by
+    KEY_SPAN_STEP columns (the ones not yet written masked): oneDNN caches a bf16 kernel per matrix shape, and a
+    new width per token filled that cache with gigabytes. The exactness tests above decode through these spans."""
+    import agentrl_lite.engine as engine_module
+
+    model, tokenizer = tiny_policy(seed=4, init_std=0.5)
+    seen, update = [], engine_module._BufferLayer.update
+
+    def recording(self, key_states, value_states, *args, **kwargs):  # every layer: the same widths each
+        keys, values = update(self, key_states, value_states, *args, **kwargs)
+        seen.append((key_states.shape[-2], keys.shape[-2], self.keys.shape[-2]))
+        return keys, values
+
+    monkeypatch.setattr(engine_module._BufferLayer, "update", recording)
+    torch.manual_seed(0)
+    prompts = [[SYSTEM, {"role": "user", "content": q}] for q in ("a", "bb b", "c c c c c")]
+    run(model, tokenizer, prompts, "kv_cache", temperature=1.0, max_new_tokens=150, max_turns=1)
+    decoding = [(span, capacity) for new, span, capacity in seen if new == 1]
+    assert len(decoding) > 100 * model.config.num_hidden_layers, "the tiny model should decode most of its budget"
+    assert all(span % engine_module.KEY_SPAN_STEP == 0 or span == capacity for span, capacity in decoding), decoding
+    assert len({span for span, _ in decoding}) <= 150 // engine_module.KEY_SPAN_STEP + 2
+
+
 @pytest.mark.parametrize("budget", [1, 40])
 def test_prompts_of_different_lengths_prefilled_in_groups_stay_exact(monkeypatch, budget):
     """With a small prefill budget the distinct prompts are run in several length groups (one row each at

@@ -372,6 +372,27 @@ def test_a_bf16_sampler_samples_is_refreshed_after_each_step_and_is_corrected(tm
     assert (by_policy - recorded).abs().max() > (by_sampler - recorded).abs().max()
 
 
+def test_the_sampler_holds_no_weights_during_the_loss_passes_and_samples_again_after(tmp_path, monkeypatch):
+    """Its weights are rewritten after the update anyway: freed during the loss passes (the step's memory peak),
+    written back afterwards, and written back before sampling if an update raised in between."""
+    trainer = make_trainer(tmp_path, sampler_dtype="bfloat16", steps=1)
+    held, real = [], grpo.policy_loss
+
+    def spy(*args, **kwargs):
+        held.append(sum(p.numel() for p in trainer.sampler.parameters()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grpo, "policy_loss", spy)
+    trainer.train()
+    assert held and all(n == 0 for n in held), held
+    for mine, theirs in zip(trainer.sampler.parameters(), trainer.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs.to(torch.bfloat16))
+    trainer._park_sampler()  # as an update that raised would leave it
+    assert trainer.sample_groups(TASKS[:1]) and all(
+        torch.equal(mine, theirs.to(torch.bfloat16))
+        for mine, theirs in zip(trainer.sampler.parameters(), trainer.model.parameters(), strict=True))
+
+
 def test_the_sampler_is_restored_with_the_policy_on_resume(tmp_path):
     trainer = make_trainer(tmp_path / "a", sampler_dtype="bfloat16", steps=1)
     trainer.train()
