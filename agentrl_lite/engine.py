@@ -13,6 +13,9 @@ Sampling is the slowest part of an RL step on a small model. What this engine do
 - **A pre-allocated cache.** Each decoding step writes its keys and values in place; a growing cache that
   concatenates at every step copies the whole cache every step (quadratic in the turn's length).
 - **One log-probability per step.** Only the sampled token's log π is kept, never the vocabulary's logits.
+- **Key spans that grow in steps** (`KEY_SPAN_STEP`): attention reads a row's keys 64 columns at a time, the unwritten
+  ones masked, so a whole decode meets a few matrix shapes, not one per token (oneDNN keeps a compiled kernel per
+  shape of a bf16 product on a CPU).
 - **Finished rows leave the batch**, instead of decoding padding until the slowest row ends; the rows that stay are
   moved up within the same buffers (`_Batch.compact`), never copied into new ones.
 

@@ -443,7 +443,7 @@ class GRPOTrainer:
 
     def _park_sampler(self) -> None:
         """Free the sampler's weights until `_sync_sampler` writes them again (270 MB for SmolLM2-135M in bf16,
-        otherwise held through the loss passes, the moment of a step's peak memory)."""
+        otherwise held through the loss passes and AdamW's step)."""
         if self.sampler is not None:
             for mine in self.sampler.parameters():
                 mine.data = mine.data.new_empty(0)
