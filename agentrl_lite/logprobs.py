@@ -27,15 +27,6 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 PREFIX_MIN_TOKENS = 16
 """a shared prefix shorter than this is run with the rest (a separate pass would not pay for itself)"""
-SHAPE_STEP = 32
-"""a pass runs its rows' widths, its shared prefix and its projected positions in multiples of this many tokens
-(padding that no real token attends to, positions projected twice), not at every length a batch happens to have.
-On a CPU, oneDNN compiles and caches a kernel for each matrix shape of a bf16 product, and the cached kernels of
-ever-new shapes held over a gigabyte in lesson 05's bf16 training (results/notes/05_rl_for_tool_calls.md)"""
-
-
-def _round_up(n: int, step: int = SHAPE_STEP) -> int:
-    return -(-n // step) * step
 
 
 def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, first_scored: int) -> int:
@@ -127,21 +118,10 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     the prefix pass records its cache once (`_PrefixRecorder`) and the rows' pass only reads it."""
     rows = input_ids.shape[0]
     prefix = shared_prefix_length(input_ids, attention_mask, int(keep[0]) + 1) if share_prefix and rows > 1 else 0
-    if prefix < PREFIX_MIN_TOKENS:
-        prefix = 0
-    elif prefix >= SHAPE_STEP:
-        prefix -= prefix % SHAPE_STEP  # the rest of it runs with each row's own tokens
     recompute = checkpointed_layers(model) if checkpoint else contextlib.nullcontext()
-    # shapes in steps of SHAPE_STEP: padding columns on the right (masked, after every real token: causal attention
-    # keeps them from changing any real position), and the last kept position repeated, its logits dropped after
-    extra = _round_up(input_ids.shape[1] - prefix) - (input_ids.shape[1] - prefix)
-    if extra:
-        input_ids = torch.nn.functional.pad(input_ids, (0, extra))
-        attention_mask = torch.nn.functional.pad(attention_mask, (0, extra))
-    if not prefix:
+    if prefix < PREFIX_MIN_TOKENS:
         with recompute:
-            return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=_padded(keep),
-                         use_cache=False).logits[:, :len(keep)]
+            return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep, use_cache=False).logits
     if checkpoint:
         recorder = Cache(layers=[_PrefixRecorder() for _ in decoder_layers(model)])
         with checkpointed_layers(model):
@@ -159,17 +139,10 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     positions = torch.arange(prefix, input_ids.shape[1], device=input_ids.device).expand(rows, -1)
     with recompute:
         tail = model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions,
-                     past_key_values=cache, use_cache=True, logits_to_keep=_padded(tail_keep)).logits
-    tail = tail[:, :len(tail_keep)]
+                     past_key_values=cache, use_cache=True, logits_to_keep=tail_keep).logits
     if keep[0] == prefix - 1:  # the prefix's last position predicts the first scored token
         return torch.cat([head.logits.expand(rows, -1, -1), tail], dim=1)
     return tail
-
-
-def _padded(keep: torch.Tensor) -> torch.Tensor:
-    """`keep` with its last position repeated up to a multiple of SHAPE_STEP (at least one position)."""
-    last = keep[-1:] if keep.numel() else torch.zeros(1, dtype=torch.long, device=keep.device)
-    return torch.cat([keep, last.expand(_round_up(max(1, keep.numel())) - keep.numel())])
 
 
 def token_logprobs(

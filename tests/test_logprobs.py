@@ -4,7 +4,7 @@ gradients) as a full forward pass."""
 import pytest
 import torch
 
-from agentrl_lite.logprobs import SHAPE_STEP, shared_prefix_length, token_logprobs
+from agentrl_lite.logprobs import shared_prefix_length, token_logprobs
 from agentrl_lite.models import tiny_policy
 
 
@@ -103,29 +103,3 @@ def test_checkpointed_layers_give_the_same_values_and_gradients_and_keep_fewer_a
         assert (results[True][1][name] - grad).norm() <= 1e-5 * grad.norm() + 1e-7, name
     assert kept[True] < 0.5 * kept[False], kept
     assert all("forward" not in vars(layer) for layer in decoder_layers(model)), "the wrappers must be removed"
-
-
-@pytest.mark.parametrize("share", [False, True])
-def test_a_pass_runs_widths_and_projected_positions_in_steps_of_a_few_shapes(share):
-    """Rows of any length run at widths, and project positions, in multiples of SHAPE_STEP (oneDNN caches a
-    bf16 kernel per matrix shape): the shared prefix too (it keeps only whole steps; the one position its pass
-    projects is the exception). The exactness tests above run through the same padding."""
-    model, tokenizer = tiny_policy(seed=0, init_std=0.5)
-    generator = torch.Generator().manual_seed(2)
-    prefix = torch.randint(5, 200, (45,), generator=generator)
-    rows = [torch.cat([prefix, torch.randint(5, 200, (n,), generator=generator)]) for n in (11, 26, 7)]
-    width = max(len(r) for r in rows)
-    ids = torch.stack([torch.cat([r, torch.full((width - len(r),), tokenizer.pad_token_id)]) for r in rows])
-    attention = torch.stack([(torch.arange(width) < len(r)).long() for r in rows])
-    score = attention.clone()
-    score[:, :47] = 0
-    widths, projected = [], []
-    hooks = [model.get_input_embeddings().register_forward_pre_hook(lambda m, a: widths.append(a[0].shape[1])),
-             model.get_output_embeddings().register_forward_pre_hook(lambda m, a: projected.append(a[0].shape[1]))]
-    with torch.no_grad():
-        token_logprobs(model, ids, attention, score, share_prefix=share)
-    for hook in hooks:
-        hook.remove()
-    assert len(widths) == (2 if share else 1)
-    assert all(w % SHAPE_STEP == 0 for w in widths), widths
-    assert all(n % SHAPE_STEP == 0 for n in projected[-1:]) and all(n == 1 for n in projected[:-1]), projected

@@ -9,6 +9,10 @@ run at every width (SHAPE_STEP 1), and the sampler keeps its weights during the 
     python benchmarks/probes/p05_train_memory.py --out results/notes/05_probes/train_memory_rows4.json
     python benchmarks/probes/p05_train_memory.py --micro-batch-size 2 --out results/notes/05_probes/train_memory_rows2.json
     python benchmarks/probes/p05_train_memory.py --old-shapes --out results/notes/05_probes/train_memory_old_shapes.json
+
+The committed results (results/notes/05_probes/train_memory_*.json) ran at commit c53c011, when loss passes also
+ran in steps of `logprobs.SHAPE_STEP`; that padding was taken out after (it slowed lessons whose rows are short,
+results/notes/05_rl_for_tool_calls.md). Check that commit out to reproduce them.
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ def main() -> None:
     print("GRPO", grpo_row, flush=True)
     out = {"command": current_command(), "device": device_name(), "bf16_is_fast": bf16_is_fast("cpu"),
            "seed": args.seed, "profile": "cpu", "micro_batch_size": args.micro_batch_size,
-           "old_shapes": args.old_shapes, "key_span_step": engine.KEY_SPAN_STEP, "shape_step": logprobs.SHAPE_STEP,
+           "old_shapes": args.old_shapes, "key_span_step": engine.KEY_SPAN_STEP, "shape_step": getattr(logprobs, "SHAPE_STEP", None),
            "sft": sft_row, "grpo": grpo_row, "seconds": round(time.perf_counter() - began, 1),
            "contended": False}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
