@@ -454,11 +454,10 @@ class GRPOTrainer:
         if self.sampler is not None:
             with torch.no_grad():
                 for mine, theirs in zip(self.sampler.parameters(), self.model.parameters(), strict=True):
-                    if mine.shape == theirs.shape:
-                        if not only_parked:
-                            mine.copy_(theirs)
-                    else:  # parked (`_park_sampler`)
+                    if mine.shape != theirs.shape:  # parked (`_park_sampler`)
                         mine.data = theirs.detach().to(mine.dtype)
+                    elif not only_parked:
+                        mine.copy_(theirs)
 
     def reference_logprobs(self, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import threading
 import time
 from pathlib import Path
+
+from p09_step_time import rss_mb  # resident memory, as the other probes read it
 
 import agentrl_lite.engine as engine
 import agentrl_lite.logprobs as logprobs
@@ -35,13 +36,6 @@ from agentrl_lite.rewards import exact_match_tool_reward, tool_call_reward, tool
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, bfcl, read_jsonl
 from agentrl_lite.tasks.function_calls import FunctionCallEnv
-
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE / 2**20
 
 
 class Peak:
