@@ -6,8 +6,8 @@ policy tokens). Two savings, both exact:
 - the vocabulary projection is the most expensive part of a small model's forward pass (49k × hidden for
   every position), so only the positions whose next token is scored are projected;
 - the rows of a GRPO batch start with the same prompt (the system prompt and tool schemas at least, the whole
-  prompt within a group), so that shared prefix is run once and its keys and values are repeated to every row
-  (`share_prefix`); the gradient flows back through the repetition into the one prefix pass.
+  prompt within a group), so that shared prefix is run once and every row reads its keys and values
+  (`share_prefix`); the gradient flows back through them into the one prefix pass.
 
 And one trade of time for memory, exact too: `checkpoint=True` keeps no decoder layer's activations for the
 backward pass, only each layer's input, and runs the layer again when its gradient is needed
@@ -111,35 +111,62 @@ class _PrefixRecorder(DynamicLayer):
         return self.get_seq_length() + query_length, 0
 
 
+class _RowsPass(torch.autograd.Function):
+    """The rows' pass as an autograd graph of its own, fed the shared prefix's keys and values.
+
+    In one graph every weight is used twice, by the prefix pass and by the rows' pass, and autograd sums both
+    gradients before it adds them to `.grad`: the rows' gradient of every weight waits, in a buffer as large as
+    the model's gradients (540 MB for SmolLM2-135M), until the prefix pass's backward has run. Here the rows'
+    graph runs its own backward first, which adds straight into `.grad`; then the prefix's keys and values get
+    their gradients and the outer backward goes on into the prefix pass. The same gradients, summed in another
+    order. forward(run, *prefix): `run(leaves)` is the rows' pass on detached copies of `prefix`."""
+
+    @staticmethod
+    def forward(ctx, run, *prefix):
+        leaves = [t.detach().requires_grad_(t.requires_grad) for t in prefix]
+        with torch.enable_grad():
+            out = run(leaves)
+        ctx.graph, ctx.leaves = out, leaves
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, leaves = ctx.graph, ctx.leaves
+        ctx.graph = ctx.leaves = None  # the rows' graph is freed by its backward; nothing else holds it
+        if out.requires_grad:
+            torch.autograd.backward(out, grad)
+        return (None, *(leaf.grad for leaf in leaves))
+
+
 def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor,
             share_prefix: bool, checkpoint: bool = False) -> torch.Tensor:
     """(batch, len(keep), vocab) logits at positions `keep`, with the shared prefix run once when it pays.
-    checkpoint: both passes recompute their layers' activations in the backward pass (`checkpointed_layers`);
-    the prefix pass records its cache once (`_PrefixRecorder`) and the rows' pass only reads it."""
+    The prefix pass records its cache once (`_PrefixRecorder`), every row reads it through a view, and with
+    gradients the rows' pass is a graph of its own (`_RowsPass`). checkpoint: both passes recompute their layers'
+    activations in the backward pass (`checkpointed_layers`)."""
     rows = input_ids.shape[0]
     prefix = shared_prefix_length(input_ids, attention_mask, int(keep[0]) + 1) if share_prefix and rows > 1 else 0
-    recompute = checkpointed_layers(model) if checkpoint else contextlib.nullcontext()
+    recompute = (lambda: checkpointed_layers(model)) if checkpoint else contextlib.nullcontext  # a fresh one per pass
     if prefix < PREFIX_MIN_TOKENS:
-        with recompute:
+        with recompute():
             return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep, use_cache=False).logits
-    if checkpoint:
-        recorder = Cache(layers=[_PrefixRecorder() for _ in decoder_layers(model)])
-        with checkpointed_layers(model):
-            head = model(input_ids=input_ids[:1, :prefix], past_key_values=recorder, use_cache=True, logits_to_keep=1)
-        # every row reads the one prefix through a view (expand), not a copy: a copy per row held 28 MB per row of
-        # SmolLM2-135M's 618-token tool prompt through the pass, and as much again as its gradient
-        cache = Cache(layers=[_ReadOnlyPrefixLayer(layer.keys.expand(rows, -1, -1, -1),
-                                                   layer.values.expand(rows, -1, -1, -1))
-                              for layer in recorder.layers])
-    else:
-        head = model(input_ids=input_ids[:1, :prefix], use_cache=True, logits_to_keep=1)
-        cache = head.past_key_values
-        cache.batch_repeat_interleave(rows)  # differentiable: every row's gradient reaches the one prefix pass
+    recorder = Cache(layers=[_PrefixRecorder() for _ in decoder_layers(model)])
+    with recompute():
+        head = model(input_ids=input_ids[:1, :prefix], past_key_values=recorder, use_cache=True, logits_to_keep=1)
     tail_keep = keep[keep >= prefix] - prefix
     positions = torch.arange(prefix, input_ids.shape[1], device=input_ids.device).expand(rows, -1)
-    with recompute:
-        tail = model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions,
-                     past_key_values=cache, use_cache=True, logits_to_keep=tail_keep).logits
+
+    def run(cached: list[torch.Tensor]) -> torch.Tensor:
+        # every row reads the one prefix through a view (expand), not a copy: a copy per row held 28 MB per row of
+        # SmolLM2-135M's 618-token tool prompt through the pass, and as much again as its gradient
+        cache = Cache(layers=[_ReadOnlyPrefixLayer(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
+                              for keys, values in zip(cached[::2], cached[1::2], strict=True)])
+        with recompute():
+            return model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True, logits_to_keep=tail_keep).logits
+
+    cached = [t for layer in recorder.layers for t in (layer.keys, layer.values)]
+    tail = _RowsPass.apply(run, *cached) if torch.is_grad_enabled() else run(cached)
     if keep[0] == prefix - 1:  # the prefix's last position predicts the first scored token
         return torch.cat([head.logits.expand(rows, -1, -1), tail], dim=1)
     return tail

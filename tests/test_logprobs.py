@@ -103,3 +103,33 @@ def test_checkpointed_layers_give_the_same_values_and_gradients_and_keep_fewer_a
         assert (results[True][1][name] - grad).norm() <= 1e-5 * grad.norm() + 1e-7, name
     assert kept[True] < 0.5 * kept[False], kept
     assert all("forward" not in vars(layer) for layer in decoder_layers(model)), "the wrappers must be removed"
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_the_rows_gradient_reaches_every_weight_before_the_prefix_pass_backward(checkpoint):
+    """Every decoder weight serves the prefix pass and the rows' pass. In one autograd graph the rows' gradient of
+    every weight would wait in a buffer the size of all gradients until the prefix pass's backward; the rows' pass
+    runs its own backward instead (`_RowsPass`), so each weight's `.grad` is written twice, the rows' share first,
+    and no weight's gradient is complete before the prefix pass's backward has begun."""
+    model, tokenizer = tiny_policy(seed=0, init_std=0.5)
+    model.train()
+    generator = torch.Generator().manual_seed(2)
+    prefix = torch.randint(5, 200, (40,), generator=generator)
+    rows = [torch.cat([prefix, torch.randint(5, 200, (n,), generator=generator)]) for n in (10, 25, 7)]
+    width = max(len(r) for r in rows)
+    ids = torch.stack([torch.cat([r, torch.full((width - len(r),), tokenizer.pad_token_id)]) for r in rows])
+    attention = torch.stack([(torch.arange(width) < len(r)).long() for r in rows])
+    score = attention.clone()
+    score[:, :42] = 0
+    layers = [p for n, p in model.named_parameters() if ".layers." in n]
+    first = [id(p) for n, p in model.named_parameters() if ".layers.0." in n]  # all serve both passes
+    written = {id(p): 0 for p in layers}
+    handles = [p.register_post_accumulate_grad_hook(lambda p: written.__setitem__(id(p), written[id(p)] + 1))
+               for p in layers]
+    token_logprobs(model, ids, attention, score, checkpoint=checkpoint).sum().backward()
+    for handle in handles:
+        handle.remove()
+    assert all(written[i] == 2 for i in first), [written[i] for i in first]
+    # the last layer's query, output and MLP weights act on the prefix's last hidden state, which no scored
+    # token reads here: they get only the rows' gradient
+    assert set(written.values()) == {1, 2}
