@@ -119,7 +119,10 @@ class _RowsPass(torch.autograd.Function):
     the model's gradients (540 MB for SmolLM2-135M), until the prefix pass's backward has run. Here the rows'
     graph runs its own backward first, which adds straight into `.grad`; then the prefix's keys and values get
     their gradients and the outer backward goes on into the prefix pass. The same gradients, summed in another
-    order. forward(run, *prefix): `run(leaves)` is the rows' pass on detached copies of `prefix`."""
+    order. forward(run, *prefix): `run(leaves)` is the rows' pass on detached copies of `prefix`.
+
+    Only for a loss that `.backward()` consumes (`rows_backward_first`, which the GRPO trainer's update enters):
+    the rows' gradient goes to `.grad`, so `torch.autograd.grad` would not see it."""
 
     @staticmethod
     def forward(ctx, run, *prefix):
@@ -138,11 +141,26 @@ class _RowsPass(torch.autograd.Function):
         return (None, *(leaf.grad for leaf in leaves))
 
 
+_ROWS_BACKWARD_FIRST = False
+
+
+@contextlib.contextmanager
+def rows_backward_first() -> Iterator[None]:
+    """Inside, passes with a shared prefix run the rows' pass as its own graph (`_RowsPass`): their loss must be
+    consumed by `.backward()`, not by `torch.autograd.grad`."""
+    global _ROWS_BACKWARD_FIRST
+    before, _ROWS_BACKWARD_FIRST = _ROWS_BACKWARD_FIRST, True
+    try:
+        yield
+    finally:
+        _ROWS_BACKWARD_FIRST = before
+
+
 def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor,
             share_prefix: bool, checkpoint: bool = False) -> torch.Tensor:
     """(batch, len(keep), vocab) logits at positions `keep`, with the shared prefix run once when it pays.
-    The prefix pass records its cache once (`_PrefixRecorder`), every row reads it through a view, and with
-    gradients the rows' pass is a graph of its own (`_RowsPass`). checkpoint: both passes recompute their layers'
+    The prefix pass records its cache once (`_PrefixRecorder`), every row reads it through a view, and inside
+    `rows_backward_first` the rows' pass is a graph of its own (`_RowsPass`). checkpoint: both passes recompute their layers'
     activations in the backward pass (`checkpointed_layers`)."""
     rows = input_ids.shape[0]
     prefix = shared_prefix_length(input_ids, attention_mask, int(keep[0]) + 1) if share_prefix and rows > 1 else 0
@@ -166,7 +184,7 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
                          past_key_values=cache, use_cache=True, logits_to_keep=tail_keep).logits
 
     cached = [t for layer in recorder.layers for t in (layer.keys, layer.values)]
-    tail = _RowsPass.apply(run, *cached) if torch.is_grad_enabled() else run(cached)
+    tail = _RowsPass.apply(run, *cached) if _ROWS_BACKWARD_FIRST and torch.is_grad_enabled() else run(cached)
     if keep[0] == prefix - 1:  # the prefix's last position predicts the first scored token
         return torch.cat([head.logits.expand(rows, -1, -1), tail], dim=1)
     return tail
