@@ -48,7 +48,7 @@ from agentrl_lite.advantages import (
 from agentrl_lite.choices import CREDITS, REPORT_TO, SCALE_REWARDS, check_choice
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
-from agentrl_lite.logprobs import micro_batches, rows_backward_first, shared_with_previous, token_logprobs
+from agentrl_lite.logprobs import micro_batches, shared_with_previous, token_logprobs
 from agentrl_lite.loss import LossConfig, policy_loss, truncated_importance_weights
 from agentrl_lite.models import (
     BF16_CHOICES,
@@ -402,10 +402,10 @@ class GRPOTrainer:
                 ids = torch.tensor(batch([episodes[i].token_ids for i in idx], pad), device=device)
                 attention = torch.tensor(batch([[1] * len(episodes[i].token_ids) for i in idx], 0), device=device)
                 mask = torch.tensor(batch([masks[i] for i in idx], 0), device=device)
-                with (torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16(c.bf16_loss, device)),
-                      rows_backward_first()):  # the rows' gradients reach .grad first: no gradient-sized buffer
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16(c.bf16_loss, device)):
                     logprobs, entropy = token_logprobs(self.model, ids, attention, mask, c.rollout.temperature,
-                                                       return_entropy=True, checkpoint=c.gradient_checkpointing)
+                                                       return_entropy=True, checkpoint=c.gradient_checkpointing,
+                                                       rows_backward_first=True)  # no gradient-sized buffer
                     ref = self.reference_logprobs(ids, attention, mask) if c.loss.beta > 0 else None
                 if iteration == 0:  # π_old: the trainer's own log-probs before this update (exact: no step yet)
                     old, weights = logprobs.detach(), None

@@ -121,7 +121,7 @@ class _RowsPass(torch.autograd.Function):
     their gradients and the outer backward goes on into the prefix pass. The same gradients, summed in another
     order. forward(run, *prefix): `run(leaves)` is the rows' pass on detached copies of `prefix`.
 
-    Only for a loss that `.backward()` consumes (`rows_backward_first`, which the GRPO trainer's update enters):
+    Only for a loss that `.backward()` consumes (`token_logprobs(rows_backward_first=True)`, as the GRPO trainer's update asks):
     the rows' gradient goes to `.grad`, so `torch.autograd.grad` would not see it."""
 
     @staticmethod
@@ -141,25 +141,10 @@ class _RowsPass(torch.autograd.Function):
         return (None, *(leaf.grad for leaf in leaves))
 
 
-_ROWS_BACKWARD_FIRST = False
-
-
-@contextlib.contextmanager
-def rows_backward_first() -> Iterator[None]:
-    """Inside, passes with a shared prefix run the rows' pass as its own graph (`_RowsPass`): their loss must be
-    consumed by `.backward()`, not by `torch.autograd.grad`."""
-    global _ROWS_BACKWARD_FIRST
-    before, _ROWS_BACKWARD_FIRST = _ROWS_BACKWARD_FIRST, True
-    try:
-        yield
-    finally:
-        _ROWS_BACKWARD_FIRST = before
-
-
 def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor,
-            share_prefix: bool, checkpoint: bool = False) -> torch.Tensor:
+            share_prefix: bool, checkpoint: bool = False, rows_backward_first: bool = False) -> torch.Tensor:
     """(batch, len(keep), vocab) logits at positions `keep`, with the shared prefix run once when it pays.
-    The prefix pass records its cache once (`_PrefixRecorder`), every row reads it through a view, and inside
+    The prefix pass records its cache once (`_PrefixRecorder`), every row reads it through a view, and with
     `rows_backward_first` the rows' pass is a graph of its own (`_RowsPass`). checkpoint: both passes recompute their layers'
     activations in the backward pass (`checkpointed_layers`)."""
     rows = input_ids.shape[0]
@@ -184,7 +169,7 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
                          past_key_values=cache, use_cache=True, logits_to_keep=tail_keep).logits
 
     cached = [t for layer in recorder.layers for t in (layer.keys, layer.values)]
-    tail = _RowsPass.apply(run, *cached) if _ROWS_BACKWARD_FIRST and torch.is_grad_enabled() else run(cached)
+    tail = _RowsPass.apply(run, *cached) if rows_backward_first and torch.is_grad_enabled() else run(cached)
     if keep[0] == prefix - 1:  # the prefix's last position predicts the first scored token
         return torch.cat([head.logits.expand(rows, -1, -1), tail], dim=1)
     return tail
@@ -199,6 +184,7 @@ def token_logprobs(
     return_entropy: bool = False,
     share_prefix: bool = True,
     checkpoint: bool = False,
+    rows_backward_first: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities, computed only where needed.
 
@@ -209,6 +195,8 @@ def token_logprobs(
         temperature: logits are divided by it, as at sampling time
         share_prefix: run the rows' common prefix once (exact; False runs every row whole)
         checkpoint: keep no layer activations for the backward pass, recompute them (`checkpointed_layers`)
+        rows_backward_first: with a shared prefix, the rows' pass backpropagates first, into `.grad` (`_RowsPass`):
+            no buffer the size of the gradients, but only a loss consumed by `.backward()` gets every gradient
 
     Returns:
         (batch, seq) float — log π(input_ids[:, t] | input_ids[:, :t]) where score_mask is 1, else 0;
@@ -220,7 +208,7 @@ def token_logprobs(
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     entropy = torch.zeros_like(out)
     if keep.numel() > 0:
-        logits = _logits(model, input_ids, attention_mask, keep, share_prefix, checkpoint)
+        logits = _logits(model, input_ids, attention_mask, keep, share_prefix, checkpoint, rows_backward_first)
         # (batch, kept, vocab) in float32, the largest tensors of the pass: no scaled copy at temperature 1
         scaled = logits if temperature == 1.0 else logits.float() / temperature
         all_logprobs = torch.log_softmax(scaled, dim=-1, dtype=torch.float32)

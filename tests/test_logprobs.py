@@ -4,7 +4,7 @@ gradients) as a full forward pass."""
 import pytest
 import torch
 
-from agentrl_lite.logprobs import rows_backward_first, shared_prefix_length, token_logprobs
+from agentrl_lite.logprobs import shared_prefix_length, token_logprobs
 from agentrl_lite.models import tiny_policy
 
 
@@ -110,7 +110,7 @@ def test_the_rows_gradient_reaches_every_weight_before_the_prefix_pass_backward(
     """Every decoder weight serves the prefix pass and the rows' pass. In one autograd graph the rows' gradient of
     every weight would wait in a buffer the size of all gradients until the prefix pass's backward; the rows' pass
     runs its own backward instead (`_RowsPass`), so each weight's `.grad` is written twice, the rows' share first,
-    and no weight's gradient is complete before the prefix pass's backward has begun. Outside `rows_backward_first`
+    and no weight's gradient is complete before the prefix pass's backward has begun. Without `rows_backward_first`
     the pass is one graph, so that `torch.autograd.grad` sees every gradient (lesson 04 takes one by hand)."""
     model, tokenizer = tiny_policy(seed=0, init_std=0.5)
     model.train()
@@ -127,8 +127,7 @@ def test_the_rows_gradient_reaches_every_weight_before_the_prefix_pass_backward(
     written = {id(p): 0 for p in layers}
     handles = [p.register_post_accumulate_grad_hook(lambda p: written.__setitem__(id(p), written[id(p)] + 1))
                for p in layers]
-    with rows_backward_first():
-        values = token_logprobs(model, ids, attention, score, checkpoint=checkpoint)
+    values = token_logprobs(model, ids, attention, score, checkpoint=checkpoint, rows_backward_first=True)
     values.sum().backward()
     for handle in handles:
         handle.remove()
@@ -136,7 +135,7 @@ def test_the_rows_gradient_reaches_every_weight_before_the_prefix_pass_backward(
     # the last layer's query, output and MLP weights act on the prefix's last hidden state, which no scored
     # token reads here: they get only the rows' gradient
     assert set(written.values()) == {1, 2}
-    # outside it, one graph: torch.autograd.grad sees every weight's whole gradient
+    # without it, one graph: torch.autograd.grad sees every weight's whole gradient
     values = token_logprobs(model, ids, attention, score, checkpoint=checkpoint)
     grads = torch.autograd.grad(values.sum(), layers, allow_unused=True)
     assert all(g is not None for g in grads)
