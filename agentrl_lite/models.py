@@ -349,3 +349,27 @@ def stash_weights(model: PreTrainedModel | torch.nn.Module) -> WeightStash:
     """Keep a copy of `model`'s current weights on disk: `stash = stash_weights(model)`, later
     `stash.restore(model)`. The memory-light alternative to `copy.deepcopy(model.state_dict())`."""
     return WeightStash(model)
+
+
+def train_top_layers(model: PreTrainedModel, layers: int) -> dict[str, int]:
+    """Train only the top `layers` decoder layers (and the final norm): freeze the token embeddings and every layer
+    below. Returns the parameter counts {"trainable": ..., "frozen": ...}.
+
+    The backward pass then stops at the first trainable layer, so a training step skips the backward (and, with
+    checkpointing, the recomputed forward) of every frozen layer, and no gradient or AdamW moment exists for a
+    frozen weight. SmolLM2-135M ties its output head to the embeddings: that 28M-parameter matrix, a fifth of the
+    model, stays frozen as well, which is the largest single saving. The SFT and GRPO trainers optimise
+    what has `requires_grad`, so calling this before them is all it takes; `model.requires_grad_(True)` undoes it.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    blocks = list(getattr(base.get_decoder(), "layers", []))
+    if not 0 < layers <= len(blocks):
+        raise ValueError(f"layers={layers}: the model has {len(blocks)} decoder layers; train between 1 and all")
+    if hasattr(model, "disable_adapter"):
+        raise ValueError("train_top_layers is for full fine-tuning; a LoRA model already trains its adapter only")
+    base.get_input_embeddings().requires_grad_(False)
+    for block in blocks[:len(blocks) - layers]:
+        block.requires_grad_(False)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    return {"trainable": trainable, "frozen": frozen}

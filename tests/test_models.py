@@ -229,3 +229,48 @@ def test_sft_tokenizes_only_the_conversations_its_steps_draw(monkeypatch):
     assert sorted(tokenized) == sorted(id(conversations[i]) for i in order), "each drawn conversation once, no other"
     with pytest.raises(ValueError, match="no conversations"):
         sft(model, tokenizer, [], None, SFTConfig(steps=1, progress=False))
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_training_only_the_top_layers_leaves_their_gradient_as_it_was_and_the_rest_untouched(checkpoint):
+    """train_top_layers: the frozen embeddings and lower layers get no gradient (the backward stops before them),
+    the top layer's gradient is the one full training computes, and an SFT step moves only what is trained."""
+    from agentrl_lite.logprobs import token_logprobs
+    from agentrl_lite.models import train_top_layers
+    from agentrl_lite.sft import SFTConfig, sft
+    from agentrl_lite.tasks.arithmetic import ArithmeticEnv, arithmetic_tasks, calculator_demonstration
+
+    model, tokenizer = tiny_policy(seed=0)
+    ids = torch.randint(0, 400, (3, 40), generator=torch.Generator().manual_seed(0))
+    ids[:, :20] = ids[0, :20]  # a shared prefix, so that both passes of the loss run
+    mask = torch.ones_like(ids)
+    scored = torch.zeros_like(ids)
+    scored[:, 24:] = 1
+
+    def gradients() -> dict[str, torch.Tensor | None]:
+        model.zero_grad(set_to_none=True)
+        logprobs = token_logprobs(model, ids, mask, scored, checkpoint=checkpoint, rows_backward_first=True)
+        logprobs.sum().backward()
+        return {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+
+    full = gradients()
+    counts = train_top_layers(model, 1)
+    top = gradients()
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trained and all(".layers.1." in n or n.endswith("norm.weight") and ".layers." not in n for n in trained)
+    assert counts["trainable"] == sum(p.numel() for n, p in model.named_parameters() if n in trained)
+    assert counts["frozen"] > counts["trainable"]  # the tied embedding alone outweighs a layer
+    for name, grad in top.items():
+        if name in trained:
+            torch.testing.assert_close(grad, full[name], rtol=1e-5, atol=1e-7)
+        else:
+            assert grad is None, f"{name} is frozen but got a gradient"
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    env = ArithmeticEnv()
+    tasks = arithmetic_tasks(4, seed=1)
+    sft(model, tokenizer, [env.prompt(t)[:1] + calculator_demonstration(t) for t in tasks],
+        env.toolbox_for().schemas, SFTConfig(steps=1, batch_size=4, lr=1e-2, progress=False))
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert moved == trained
+    with pytest.raises(ValueError, match="decoder layers"):
+        train_top_layers(model, 3)

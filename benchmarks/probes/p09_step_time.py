@@ -28,7 +28,13 @@ from agentrl_lite.course.presets import grpo_preset
 from agentrl_lite.course.results import current_command, device_name
 from agentrl_lite.grpo import GRPOTrainer
 from agentrl_lite.logprobs import micro_batches, pass_tokens, shared_with_previous
-from agentrl_lite.models import large_tensors_mapped, load_policy, release_memory, stash_weights
+from agentrl_lite.models import (
+    large_tensors_mapped,
+    load_policy,
+    release_memory,
+    stash_weights,
+    train_top_layers,
+)
 from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
@@ -143,6 +149,9 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-checkpointing", action="store_true", help="also time the update without checkpointing")
+    parser.add_argument("--train-top", type=int, default=0, help="also time the preset training only the top N "
+                        "decoder layers (models.train_top_layers: embeddings and lower layers frozen)")
+    parser.add_argument("--only-preset", action="store_true", help="of the plans, time only the preset's")
     parser.add_argument("--out", default="results/notes/09_probes/step_time.json")
     args = parser.parse_args()
     began = time.perf_counter()
@@ -170,7 +179,19 @@ def main() -> None:
     }
     if args.no_checkpointing:
         variants["by length, 1024 tokens, no checkpointing"] = ({"gradient_checkpointing": False}, None)
+    if args.only_preset:
+        variants = {k: v for k, v in variants.items() if "(the preset)" in k}
     rows = run_variants(trainer, weights, episodes, advantages, variants, layout)
+    if args.train_top:  # twice each, alternating, against this machine's run-to-run spread
+        for attempt in ("", " (again)"):
+            counts = train_top_layers(model, args.train_top)
+            name = f"by length, 1024 tokens, top {args.train_top} layers trained{attempt}"
+            rows |= run_variants(trainer, weights, episodes, advantages, {name: ({}, None)}, layout)
+            rows[name]["parameters"] = counts
+            model.requires_grad_(True)
+            if not attempt:
+                rows |= run_variants(trainer, weights, episodes, advantages,
+                                     {"by length, 1024 tokens (the preset, again)": ({}, None)}, layout)
     record = {"command": current_command(), "device": device_name(), "seed": args.seed, "profile": "cpu",
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sft_steps": args.sft_steps,
               "sft_seconds": round(sft_seconds, 1), "batch": batch, "updates": rows,

@@ -25,7 +25,7 @@ from agentrl_lite.course.results import read_results
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.grpo import GRPOTrainer
 from agentrl_lite.loss import LossConfig
-from agentrl_lite.models import load_policy
+from agentrl_lite.models import load_policy, train_top_layers
 from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft
@@ -83,6 +83,8 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model turn (sampling and evaluation)")
     p.add_argument("--stratified", action="store_true", help="each GRPO step draws its prompts from the RL kinds in "
                    "turn (one per kind, round robin), not from the pooled questions: every update sees every kind")
+    p.add_argument("--train-top", type=int, default=0, help="train only the top N decoder layers, embeddings "
+                   "frozen (models.train_top_layers), in SFT and GRPO; 0 trains everything")
     p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
                    "sentence before the answer (search.evidence, SearchEnv(cite=True)); give --max-new-tokens 72")
     args = p.parse_args()
@@ -103,6 +105,7 @@ def main() -> None:
     if args.cite:  # the same questions, each final reply citing its evidence first
         demos = [{**d, "messages": demonstration(d, index, cite=True)} for d in demos]
     model, tokenizer = load_policy(None)
+    trainable = train_top_layers(model, args.train_top) if args.train_top else None
     env = SearchEnv(index, cite=args.cite)
     evalcfg = RolloutConfig(max_turns=4, max_new_tokens=args.max_new_tokens, temperature=0.0, batch_size=64, progress=False)
 
@@ -126,7 +129,8 @@ def main() -> None:
                  "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                  "demonstrations_by_kind": dict(collections.Counter(d["kind"] for d in demos)),
                  "demonstrations_cite_evidence": all("\n<answer>" in d["messages"][-1]["content"] for d in demos),
-                 "rl_tasks_by_kind": dict(collections.Counter(q["kind"] for q in train))}
+                 "rl_tasks_by_kind": dict(collections.Counter(q["kind"] for q in train)),
+                 "parameters": trainable}
     t = time.perf_counter()
     if args.sft_cache and Path(args.sft_cache).exists():
         model.load_state_dict(torch.load(args.sft_cache))
