@@ -84,7 +84,9 @@ def main() -> None:
     p.add_argument("--stratified", action="store_true", help="each GRPO step draws its prompts from the RL kinds in "
                    "turn (one per kind, round robin), not from the pooled questions: every update sees every kind")
     p.add_argument("--train-top", type=int, default=0, help="train only the top N decoder layers, embeddings "
-                   "frozen (models.train_top_layers), in SFT and GRPO; 0 trains everything")
+                   "frozen (models.train_top_layers); 0 trains everything")
+    p.add_argument("--train-top-in", choices=("both", "grpo"), default="both", help="the phases --train-top applies "
+                   "to: SFT and GRPO, or GRPO only (the cold start trains every layer)")
     p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
                    "sentence before the answer (search.evidence, SearchEnv(cite=True)); give --max-new-tokens 72")
     args = p.parse_args()
@@ -105,7 +107,7 @@ def main() -> None:
     if args.cite:  # the same questions, each final reply citing its evidence first
         demos = [{**d, "messages": demonstration(d, index, cite=True)} for d in demos]
     model, tokenizer = load_policy(None)
-    trainable = train_top_layers(model, args.train_top) if args.train_top else None
+    trainable = train_top_layers(model, args.train_top) if args.train_top and args.train_top_in == "both" else None
     env = SearchEnv(index, cite=args.cite)
     evalcfg = RolloutConfig(max_turns=4, max_new_tokens=args.max_new_tokens, temperature=0.0, batch_size=64, progress=False)
 
@@ -145,6 +147,8 @@ def main() -> None:
             torch.save(model.state_dict(), args.sft_cache)
     row["validation_after_sft"] = ev("sft")
     if args.grpo_steps:
+        if args.train_top and args.train_top_in == "grpo":
+            row["parameters"] = train_top_layers(model, args.train_top)
         config = grpo_preset(dict(steps=args.grpo_steps, prompts=args.prompts, group=args.group, lr=args.lr), args.seed,
                              max_turns=4, max_new_tokens=args.max_new_tokens, dynamic_sampling=args.dynamic_sampling,
                              loss=LossConfig(beta=args.beta))
