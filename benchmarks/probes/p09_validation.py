@@ -24,11 +24,12 @@ from agentrl_lite.course.presets import grpo_preset
 from agentrl_lite.course.results import read_results
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.grpo import GRPOTrainer
+from agentrl_lite.logprobs import token_logprobs
 from agentrl_lite.loss import LossConfig
 from agentrl_lite.models import load_policy, train_top_layers
 from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.rollout import RolloutConfig
-from agentrl_lite.sft import SFTConfig, sft
+from agentrl_lite.sft import SFTConfig, sft, tokenize_conversation
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tasks.search import KINDS, SearchEnv, demonstration, failure_kind
 from agentrl_lite.tools import SearchIndex
@@ -61,6 +62,50 @@ class StratifiedTrainer(GRPOTrainer):
         return out
 
 
+class AnchoredTrainer(StratifiedTrainer):
+    """StratifiedTrainer whose every update also follows the demonstrations: before the gradient is clipped, it adds
+    `anchor` × the mean negative log-likelihood of `anchor_batch` cold-start demonstrations (drawn from the RL kinds
+    in turn) to the policy loss's gradient, as InstructGPT mixed its pretraining loss into PPO ("PPO-ptx"). The
+    demonstrations that abstain then stay in every update, whether or not a group of unanswerable questions has
+    reward spread. A probe: the library's trainer has no such term."""
+
+    def __init__(self, *args, demonstrations: list[tuple[list[int], list[int]]], kinds: list[str], anchor: float,
+                 anchor_batch: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.anchor, self.anchor_batch = anchor, anchor_batch
+        self.demo_kinds = sorted(set(kinds))
+        self.demos = {k: [d for d, kind in zip(demonstrations, kinds, strict=True) if kind == k] for k in self.demo_kinds}
+        self.demo_rng, self.demo_turn, self.anchor_losses = random.Random(0), 0, []
+
+    def _anchor_backward(self) -> None:
+        batch = []
+        for _ in range(self.anchor_batch):
+            kind = self.demo_kinds[self.demo_turn % len(self.demo_kinds)]
+            self.demo_turn += 1
+            batch.append(self.demo_rng.choice(self.demos[kind]))
+        width, pad = max(len(ids) for ids, _ in batch), self.tokenizer.pad_token_id
+        ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in batch])
+        attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch])
+        labels = torch.tensor([m + [0] * (width - len(m)) for _, m in batch])
+        logprobs = token_logprobs(self.model, ids, attention, labels, checkpoint=True, rows_backward_first=True)
+        nll = -logprobs.sum() / max(1, int(labels[:, 1:].sum()))
+        (self.anchor * nll).backward()
+        self.anchor_losses.append(nll.item())
+
+    def update(self, episodes, advantages):
+        clip = torch.nn.utils.clip_grad_norm_
+
+        def anchored_clip(params, *a, **kw):
+            self._anchor_backward()
+            return clip(params, *a, **kw)
+
+        torch.nn.utils.clip_grad_norm_ = anchored_clip
+        try:
+            return super().update(episodes, advantages)
+        finally:
+            torch.nn.utils.clip_grad_norm_ = clip
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--sft-steps", type=int, default=12)
@@ -87,6 +132,9 @@ def main() -> None:
                    "frozen (models.train_top_layers); 0 trains everything")
     p.add_argument("--train-top-in", choices=("both", "grpo"), default="both", help="the phases --train-top applies "
                    "to: SFT and GRPO, or GRPO only (the cold start trains every layer)")
+    p.add_argument("--anchor", type=float, default=0.0, help="with --stratified: weight of the demonstrations' "
+                   "NLL added to every GRPO update (AnchoredTrainer, PPO-ptx style); 0 for none")
+    p.add_argument("--anchor-batch", type=int, default=4, help="demonstrations per update for --anchor")
     p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
                    "sentence before the answer (search.evidence, SearchEnv(cite=True)); give --max-new-tokens 72")
     args = p.parse_args()
@@ -154,8 +202,18 @@ def main() -> None:
                              loss=LossConfig(beta=args.beta))
         config = replace(config, rollout=replace(config.rollout, temperature=args.temperature))
         trainer_class = StratifiedTrainer if args.stratified else GRPOTrainer
+        extra = {}
+        if args.anchor:
+            if not args.stratified:
+                raise SystemExit("--anchor needs --stratified")
+            trainer_class = AnchoredTrainer
+            anchored = [d for d in demos if d["kind"] in {q["kind"] for q in train}]
+            schemas = env.toolbox_for().schemas
+            extra = dict(demonstrations=[tokenize_conversation(tokenizer, env.prompt(d)[:1] + d["messages"], schemas)
+                                         for d in anchored], kinds=[d["kind"] for d in anchored],
+                         anchor=args.anchor, anchor_batch=args.anchor_batch)
         trainer = trainer_class(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
-                                reward_weights=[1.0, args.format_weight])
+                                reward_weights=[1.0, args.format_weight], **extra)
         t = time.perf_counter()
         row["validation_during_grpo"] = {}
         if args.eval_every:
@@ -167,6 +225,8 @@ def main() -> None:
                        "history": [{k: h.get(k) for k in ("reward", "frac_reward_zero_std", "tools/call_frequency",
                                                           "completions/clipped_ratio", "step_time", "time/sampling", "time/update", "entropy", "grad_norm",
                                                           "completions/mean_length", "sampling/refills")} for h in history]}
+        if args.anchor:
+            row["grpo"]["anchor_nll"] = trainer.anchor_losses
         print("grpo", row["grpo"], flush=True)
         row["validation_after_grpo"] = ev("grpo")
     old = read_results("09_probe_validation")
