@@ -25,6 +25,8 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
+from agentrl_lite.models import decoder_layers
+
 PREFIX_MIN_TOKENS = 16
 """a shared prefix shorter than this is run with the rest (a separate pass would not pay for itself)"""
 
@@ -36,15 +38,6 @@ def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     differs = (~same).nonzero()
     common = int(differs[0]) if differs.numel() else input_ids.shape[1]
     return min(common, first_scored)
-
-
-def decoder_layers(model: PreTrainedModel) -> list[torch.nn.Module]:
-    """The transformer blocks of a causal LM (a PEFT-wrapped one too): what `checkpointed_layers` wraps."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    layers = getattr(base.get_decoder(), "layers", None)
-    if layers is None:
-        raise ValueError(f"checkpoint=True: no decoder layers found in {type(base).__name__}")
-    return list(layers)
 
 
 @contextlib.contextmanager

@@ -351,6 +351,16 @@ def stash_weights(model: PreTrainedModel | torch.nn.Module) -> WeightStash:
     return WeightStash(model)
 
 
+def decoder_layers(model: PreTrainedModel) -> list[torch.nn.Module]:
+    """The transformer blocks of a causal LM (a PEFT-wrapped one too), bottom to top: what
+    `logprobs.checkpointed_layers` wraps and `train_top_layers` freezes."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = getattr(base.get_decoder(), "layers", None)
+    if layers is None:
+        raise ValueError(f"no decoder layers found in {type(base).__name__}")
+    return list(layers)
+
+
 def train_top_layers(model: PreTrainedModel, layers: int) -> dict[str, int]:
     """Train only the top `layers` decoder layers (and the final norm): freeze the token embeddings and every layer
     below. Returns the parameter counts {"trainable": ..., "frozen": ...}.
@@ -361,13 +371,12 @@ def train_top_layers(model: PreTrainedModel, layers: int) -> dict[str, int]:
     model, stays frozen as well, which is the largest single saving. The SFT and GRPO trainers optimise
     what has `requires_grad`, so calling this before them is all it takes; `model.requires_grad_(True)` undoes it.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    blocks = list(getattr(base.get_decoder(), "layers", []))
-    if not 0 < layers <= len(blocks):
-        raise ValueError(f"layers={layers}: the model has {len(blocks)} decoder layers; train between 1 and all")
     if hasattr(model, "disable_adapter"):
         raise ValueError("train_top_layers is for full fine-tuning; a LoRA model already trains its adapter only")
-    base.get_input_embeddings().requires_grad_(False)
+    blocks = decoder_layers(model)
+    if not 0 < layers <= len(blocks):
+        raise ValueError(f"layers={layers}: the model has {len(blocks)} decoder layers; train between 1 and all")
+    model.get_input_embeddings().requires_grad_(False)
     for block in blocks[:len(blocks) - layers]:
         block.requires_grad_(False)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
