@@ -7,9 +7,11 @@ Sampling is the slowest part of an RL step on a small model. What this engine do
   runs only the tokens appended since (the end-of-turn token and the tool's reply), never the conversation again.
 - **Shared prompt prefix, stored once.** The system prompt and tool schemas are identical for every episode of a
   batch: they are run once, and their keys and values are kept once, not copied to every row. Attention reads them
-  through `_prefix_attention`, which splits each row's softmax into the shared part and the row's own part. With
-  lesson 11's 620-token manager prompt, a copy per row made the prefix most of a batch's cache (and of the memory
-  every decoding step reads). Identical prompts (a GRPO group) are run once too.
+  through `_prefix_attention`: a decoded token splits each row's softmax into the shared part and the row's own
+  part; a chunk of several tokens (the prompts after the prefix, a tool's reply) has the prefix put in front of
+  each row's keys for one layer at a time and goes through SDPA's fused kernel. With lesson 11's 620-token manager
+  prompt, a copy per row made the prefix most of a batch's cache (and of the memory every decoding step reads).
+  Identical prompts (a GRPO group) are run once too.
 - **A pre-allocated cache.** Each decoding step writes its keys and values in place; a growing cache that
   concatenates at every step copies the whole cache every step (quadratic in the turn's length).
 - **One log-probability per step.** Only the sampled token's log π is kept, never the vocabulary's logits.
@@ -72,6 +74,12 @@ def _prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     prefix's keys and values, (layers, kv_heads, P, D), come from `_PREFIX`. One softmax over P + L columns, computed
     in two parts that share its maximum and its normaliser: the prefix is multiplied once for all rows, as one
     matrix of B·q queries, never copied per row. Without a prefix set, this is transformers' SDPA attention.
+
+    A chunk of q > 1 tokens takes SDPA over the prefix and the row's keys concatenated instead (a copy of one
+    layer's prefix per row, freed with the layer): the split writes its float32 scores, B·heads·q·(P + L) of them,
+    which made lesson 05's evaluation, whose BFCL prompts put about 500 tokens after the prefix, slower than
+    SDPA's fused kernel (results/bench_engine_prefill.json). A decoded token (q = 1) writes few scores, and there the split saves the
+    copy.
     """
     prefix = _PREFIX.get()
     if prefix is None:
@@ -82,6 +90,14 @@ def _prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                                   "layers use one (sample with RolloutConfig(engine='generate')).")
     prefix_keys, prefix_values = prefix[0][module.layer_idx], prefix[1][module.layer_idx]  # (kv_heads, P, D)
     rows, heads, q, dim = query.shape
+    if q > 1:  # a chunk of several tokens (the prompts' prefill, a tool's reply): see the docstring
+        keys = torch.cat([prefix_keys.expand(rows, -1, -1, -1), key], dim=2)
+        values = torch.cat([prefix_values.expand(rows, -1, -1, -1), value], dim=2)
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask.new_zeros(*attention_mask.shape[:-1], prefix_keys.shape[1]),
+                                        attention_mask], dim=-1)
+        return sdpa_attention_forward(module, query, keys, values, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
     kv_heads = key.shape[1]
     group = heads // kv_heads  # query heads per key-value head (grouped-query attention)
     scaling = dim ** -0.5 if scaling is None else scaling

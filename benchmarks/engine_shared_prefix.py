@@ -72,12 +72,14 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=48)
     p.add_argument("--system-words", type=int, default=210)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--name", default="bench_engine_shared_prefix", help="the results file (results/NAME.json)")
+    p.add_argument("--old-label", default="prefix copied per row", help="what the baseline engine does")
     p.add_argument("--one", nargs=1, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         print(json.dumps(one(args.one[0], args.rows, args.turns, args.tokens, args.system_words)))
         return
-    names = (f"engine at {args.old_rev} (prefix copied per row)", "this checkout's engine (prefix stored once)")
+    names = (f"engine at {args.old_rev} ({args.old_label})", "this checkout's engine (prefix stored once)")
     runs = compare_engines(__file__, args.old_rev, names, ["--old-rev", args.old_rev, "--rows", str(args.rows),
                                                            "--turns", str(args.turns), "--tokens", str(args.tokens),
                                                            "--system-words", str(args.system_words)], args.repeats)
@@ -86,7 +88,7 @@ def main() -> None:
     best = {name: {"above_loaded_mb": min(r["above_loaded_mb"] for r in rs), "seconds": min(r["seconds"] for r in rs)}
             for name, rs in runs.items()}
     old_name, new_name = names
-    write_results("bench_engine_shared_prefix", {
+    write_results(args.name, {
         "rows": args.rows, "turns": args.turns, "tokens_per_turn": args.tokens, "tool_reply_tokens": 100,
         "prompt_tokens": runs[new_name][0]["prompt_tokens"], "runs": runs, "best": best,
         "memory_ratio": best[new_name]["above_loaded_mb"] / best[old_name]["above_loaded_mb"],

@@ -205,9 +205,11 @@ def test_inverse_cdf_sampling_follows_the_softmax():
     torch.testing.assert_close(logprobs, probabilities.log()[tokens])
 
 
-def test_prefix_attention_equals_sdpa_over_the_prefix_and_the_rows_keys_together():
+@pytest.mark.parametrize("q", [1, 4], ids=["one token: split softmax", "a chunk: concatenated"])
+def test_prefix_attention_equals_sdpa_over_the_prefix_and_the_rows_keys_together(q: int):
     """`_prefix_attention` (the prefix stored once) gives SDPA's output over prefix + row keys concatenated, with
-    grouped-query heads, several query tokens, and masked (padding, causal) row columns."""
+    grouped-query heads and masked (padding, causal) row columns: for one decoded token (the softmax split in its
+    shared and own parts) and for a chunk of several (the prefix concatenated in front of each row's keys)."""
     from types import SimpleNamespace
 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -215,7 +217,7 @@ def test_prefix_attention_equals_sdpa_over_the_prefix_and_the_rows_keys_together
     from agentrl_lite.engine import _PREFIX, _prefix_attention
 
     torch.manual_seed(0)
-    rows, heads, kv_heads, q, dim, prefix_len, own_len, layers = 3, 6, 2, 4, 8, 5, 7, 2
+    rows, heads, kv_heads, dim, prefix_len, own_len, layers = 3, 6, 2, 8, 5, 7, 2
     query = torch.randn(rows, heads, q, dim)
     keys, values = torch.randn(rows, kv_heads, own_len, dim), torch.randn(rows, kv_heads, own_len, dim)
     prefix = (torch.randn(layers, kv_heads, prefix_len, dim), torch.randn(layers, kv_heads, prefix_len, dim))
