@@ -106,6 +106,40 @@ class AnchoredTrainer(StratifiedTrainer):
             torch.nn.utils.clip_grad_norm_ = clip
 
 
+def decision_contexts(tokenizer, episodes) -> list[list[int] | None]:
+    """Each episode's tokens up to and including the `<answer>` of its last model turn (None without one): the point
+    where the policy chooses between an answer and `unknown`."""
+    contexts = []
+    for ep in episodes:
+        turn = ep.model_turns[-1]
+        ids = ep.token_ids[turn.start:turn.end]
+        cut = next((i for i in range(1, len(ids) + 1) if tokenizer.decode(ids[:i]).endswith("<answer>")), None)
+        contexts.append(None if cut is None else ep.token_ids[:turn.start + cut])
+    return contexts
+
+
+@torch.no_grad()
+def decisions(model, tokenizer, contexts: list[list[int] | None]) -> list[dict | None]:
+    """At each fixed context: log π(`unknown` | context) over the whole word's tokens, the probability of its first
+    token, and the most likely first token with its probability (the greedy choice's margin over abstaining)."""
+    unknown = tokenizer.encode("unknown", add_special_tokens=False)
+    was_training = model.training
+    model.eval()
+    out = []
+    for ctx in contexts:
+        if ctx is None:
+            out.append(None)
+            continue
+        logits = model(input_ids=torch.tensor([ctx + unknown])).logits[0, len(ctx) - 1:-1].float()
+        logp = torch.log_softmax(logits, -1)
+        top = int(logp[0].argmax())
+        out.append({"logp_unknown": float(sum(logp[i, t] for i, t in enumerate(unknown))),
+                    "p_unknown_first": float(logp[0, unknown[0]].exp()), "top_first": tokenizer.decode([top]),
+                    "p_top_first": float(logp[0, top].exp())})
+    model.train(was_training)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--sft-steps", type=int, default=12)
@@ -135,6 +169,8 @@ def main() -> None:
     p.add_argument("--anchor", type=float, default=0.0, help="with --stratified: weight of the demonstrations' "
                    "NLL added to every GRPO update (AnchoredTrainer, PPO-ptx style); 0 for none")
     p.add_argument("--anchor-batch", type=int, default=4, help="demonstrations per update for --anchor")
+    p.add_argument("--decision-every", type=int, default=0, help="every this many GRPO steps (and after the cold "
+                   "start and the last step), P(unknown) at the cold start's greedy <answer> on each validation question")
     p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
                    "sentence before the answer (search.evidence, SearchEnv(cite=True)); give --max-new-tokens 72")
     args = p.parse_args()
@@ -170,7 +206,10 @@ def main() -> None:
                "seconds": time.perf_counter() - t}
         out["peak_rss_mb"] = peak_mb()
         print(name, json.dumps(out), flush=True)
+        last_episodes[:] = r.episodes
         return out
+
+    last_episodes: list = []
 
     import datetime
     import sys
@@ -194,6 +233,12 @@ def main() -> None:
         if args.sft_cache:
             torch.save(model.state_dict(), args.sft_cache)
     row["validation_after_sft"] = ev("sft")
+    contexts = decision_contexts(tokenizer, last_episodes) if args.decision_every else []
+    if args.decision_every:
+        row["decision_contexts"] = [{"kind": q["kind"], "gold": q["answer"],
+                                     "cold_start_answer": ep.answer, "has_context": c is not None}
+                                    for q, ep, c in zip(tasks, last_episodes, contexts, strict=True)]
+        row["decisions"] = {0: decisions(model, tokenizer, contexts)}
     if args.grpo_steps:
         if args.train_top and args.train_top_in == "grpo":
             row["parameters"] = train_top_layers(model, args.train_top)
@@ -216,11 +261,18 @@ def main() -> None:
                                 reward_weights=[1.0, args.format_weight], **extra)
         t = time.perf_counter()
         row["validation_during_grpo"] = {}
-        if args.eval_every:
-            for k in range(args.eval_every, args.grpo_steps, args.eval_every):
-                trainer.train(k)
+        stops = {k for every in (args.eval_every, args.decision_every) if every
+                 for k in range(every, args.grpo_steps, every)}
+        for k in sorted(stops):
+            trainer.train(k)
+            if args.eval_every and k % args.eval_every == 0:
                 row["validation_during_grpo"][k] = ev(f"grpo step {k}")
+            if args.decision_every and k % args.decision_every == 0:
+                row["decisions"][k] = decisions(model, tokenizer, contexts)
+                print("decisions", k, json.dumps(row["decisions"][k]), flush=True)
         history = trainer.train()
+        if args.decision_every:
+            row["decisions"][args.grpo_steps] = decisions(model, tokenizer, contexts)
         row["grpo"] = {"seconds": time.perf_counter() - t, "peak_rss_mb": peak_mb(),
                        "history": [{k: h.get(k) for k in ("reward", "frac_reward_zero_std", "tools/call_frequency",
                                                           "completions/clipped_ratio", "step_time", "time/sampling", "time/update", "entropy", "grad_norm",
