@@ -17,6 +17,7 @@ import json
 import shlex
 import sys
 import time
+from pathlib import Path
 
 from engine_revisions import compare_engines, load_engine
 
@@ -80,7 +81,7 @@ def main() -> None:
         "bfcl_time_ratio": best[new_name]["bfcl_seconds"] / best[old_name]["bfcl_seconds"],
         "memory_ratio": best[new_name]["above_loaded_mb"] / best[old_name]["above_loaded_mb"],
     }, profile="cpu", model="SmolLM2-135M-Instruct (embedded), fp32", seed=0,
-        command="python " + " ".join(shlex.quote(a) for a in sys.argv))
+        command=f"python benchmarks/{Path(__file__).name} " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import json
 import shlex
 import sys
 import time
+from pathlib import Path
 
 from engine_revisions import compare_engines, load_engine
 
@@ -94,7 +95,7 @@ def main() -> None:
         "memory_ratio": best[new_name]["above_loaded_mb"] / best[old_name]["above_loaded_mb"],
         "time_ratio": best[new_name]["seconds"] / best[old_name]["seconds"],
     }, profile="cpu", model="SmolLM2-135M-Instruct (embedded), fp32", seed=0,
-        command="python " + " ".join(shlex.quote(a) for a in sys.argv))
+        command=f"python benchmarks/{Path(__file__).name} " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
 if __name__ == "__main__":
