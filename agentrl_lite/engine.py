@@ -78,8 +78,8 @@ def _prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     A chunk of q > 1 tokens takes SDPA over the prefix and the row's keys concatenated instead (a copy of one
     layer's prefix per row, freed with the layer): the split writes its float32 scores, B·heads·q·(P + L) of them,
     which made lesson 05's evaluation, whose BFCL prompts put about 500 tokens after the prefix, slower than
-    SDPA's fused kernel (results/bench_engine_prefill.json). A decoded token (q = 1) writes few scores, and there the split saves the
-    copy.
+    SDPA's fused kernel (results/bench_engine_prefill.json). A decoded token (q = 1) writes few scores, and there
+    the split saves the copy.
     """
     prefix = _PREFIX.get()
     if prefix is None:
