@@ -1,6 +1,9 @@
-"""Shared test plumbing: notebook runtimes recorded by tests/test_notebooks.py, printed after the run."""
+"""Shared test plumbing: temporary files kept in the project, and notebook runtimes recorded by
+tests/test_notebooks.py, printed after the run."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +12,10 @@ NOTEBOOK_RUNTIMES = pytest.StashKey[list[tuple[str, float, str]]]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[NOTEBOOK_RUNTIMES] = []
+    if config.option.basetemp is None:
+        # pytest's default is /tmp/pytest-of-<user>, kept after the run; the project's own folder instead (wiped at
+        # the start of every run, removed by `make test` when the tests pass, listed in .gitignore)
+        config.option.basetemp = str(Path(config.rootpath) / ".pytest_tmp")
 
 
 @pytest.fixture(scope="session")
