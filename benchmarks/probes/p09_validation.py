@@ -106,6 +106,39 @@ class AnchoredTrainer(StratifiedTrainer):
             torch.nn.utils.clip_grad_norm_ = clip
 
 
+class BatchBaseline:
+    """Mixin for a trainer: advantages against the whole batch instead of each group's own mean, A_i = (r_i −
+    mean of the batch) / (std of the batch + ε), REINFORCE++'s global normalisation. A group whose samples all
+    agree then still pushes: eight `unknown` answers to an unanswerable question, each rewarded above the batch's
+    mean, raise `unknown` there (GRPO gives such a group zero advantage). NaN rewards (unscorable) get 0. A probe:
+    the library's trainer centres each group on its own mean."""
+
+    def advantages(self, episodes, rewards):
+        ok = ~torch.isnan(rewards)
+        mean = rewards[ok].mean()
+        std = rewards[ok].std() if int(ok.sum()) > 1 else torch.tensor(0.0)
+        return torch.where(ok, (rewards - mean) / (std + 1e-4), torch.zeros_like(rewards)), {}
+
+
+class KindLog:
+    """Mixin for a trainer: each step's mean reward, share of groups without reward spread and mean advantage per
+    question kind (`by_kind_log`, one dict per step), to see which kinds carry an update's signal."""
+
+    def advantages(self, episodes, rewards):
+        advantages, metrics = super().advantages(episodes, rewards)
+        per_episode = advantages if advantages.dim() == 1 else advantages.sum(1)
+        g, row = self.config.group_size, {}
+        for kind in KINDS:
+            groups = [i for i in range(0, len(episodes), g) if episodes[i].metadata.get("kind") == kind]
+            if groups:
+                r = torch.stack([rewards[i:i + g] for i in groups])
+                row[kind] = {"reward": float(r.nanmean()), "groups": len(groups),
+                             "zero_std": float(sum(bool((x.nan_to_num() == x.nan_to_num()[0]).all()) for x in r)) / len(groups),
+                             "advantage": float(torch.cat([per_episode[i:i + g] for i in groups]).mean())}
+        self.by_kind_log.append(row)
+        return advantages, metrics
+
+
 def decision_contexts(tokenizer, episodes) -> list[list[int] | None]:
     """Each episode's tokens up to and including the `<answer>` of its last model turn (None without one): the point
     where the policy chooses between an answer and `unknown`."""
@@ -169,6 +202,8 @@ def main() -> None:
     p.add_argument("--anchor", type=float, default=0.0, help="with --stratified: weight of the demonstrations' "
                    "NLL added to every GRPO update (AnchoredTrainer, PPO-ptx style); 0 for none")
     p.add_argument("--anchor-batch", type=int, default=4, help="demonstrations per update for --anchor")
+    p.add_argument("--baseline", choices=("group", "batch"), default="group", help="advantages against each "
+                   "group's mean (GRPO) or the whole batch's (REINFORCE++; see BatchBaseline)")
     p.add_argument("--decision-every", type=int, default=0, help="every this many GRPO steps (and after the cold "
                    "start and the last step), P(unknown) at the cold start's greedy <answer> on each validation question")
     p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
@@ -257,6 +292,9 @@ def main() -> None:
             extra = dict(demonstrations=[tokenize_conversation(tokenizer, env.prompt(d)[:1] + d["messages"], schemas)
                                          for d in anchored], kinds=[d["kind"] for d in anchored],
                          anchor=args.anchor, anchor_batch=args.anchor_batch)
+        if args.baseline == "batch":
+            trainer_class = type("BatchBaseline" + trainer_class.__name__, (BatchBaseline, trainer_class), {})
+        trainer_class = type("KindLog" + trainer_class.__name__, (KindLog, trainer_class), {"by_kind_log": []})
         trainer = trainer_class(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
                                 reward_weights=[1.0, args.format_weight], **extra)
         t = time.perf_counter()
@@ -277,6 +315,7 @@ def main() -> None:
                        "history": [{k: h.get(k) for k in ("reward", "frac_reward_zero_std", "tools/call_frequency",
                                                           "completions/clipped_ratio", "step_time", "time/sampling", "time/update", "entropy", "grad_norm",
                                                           "completions/mean_length", "sampling/refills")} for h in history]}
+        row["grpo"]["by_kind"] = trainer.by_kind_log
         if args.anchor:
             row["grpo"]["anchor_nll"] = trainer.anchor_losses
         print("grpo", row["grpo"], flush=True)
