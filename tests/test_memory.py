@@ -35,6 +35,7 @@ from agentrl_lite.tasks.memory import (
     gold_answer_in_bank,
     ideal_call,
     last_write_wins,
+    manager_note,
     manager_outcome,
     manager_reward,
     manager_tasks,
@@ -244,6 +245,30 @@ def test_the_demonstration_scores_correct_and_runs_cleanly(tasks, dialogues):
         _, observations = toolbox.run(reply)
         assert not observations[0].startswith("Error:"), observations
     assert env.prompt(tasks[0])[1]["content"] == demonstration(tasks[0])[0]["content"]
+
+
+def test_the_note_names_the_memory_the_ideal_operation_reads(tasks):
+    """The note before a call ("Fact: <whose what>. Memory: <[id] or none>.") agrees with the ideal operation: no
+    fact for small talk, no memory for a new fact, the target for an update or deletion, a memory for a repeat."""
+    seen = Counter()
+    for task in tasks:
+        note, event = manager_note(task), task["event"]
+        seen[event] += 1
+        if event == "chat":
+            assert note == "Fact: none.", (task["text"], note)
+        elif event == "state":
+            assert note.startswith("Fact: ") and note.endswith("Memory: none."), (task["text"], note)
+        elif event == "repeat":
+            assert note.endswith("].") and int(note.rsplit("[", 1)[1][:-2]) in [m["id"] for m in task["related"]]
+        else:
+            assert note.endswith(f"Memory: [{task['ideal']['target']}]."), (task["text"], note)
+    assert set(seen) == {"chat", "state", "repeat", "change", "correct", "retract"}
+    env = MemoryManagerEnv(note=True)
+    for task in tasks[:40]:
+        reply = demonstration(task, note=True)[-1]["content"]
+        assert reply.split("\n", 1)[0] == manager_note(task)
+        assert env.score(task, _episode(reply))["correct"] == 1.0, reply
+    assert "Fact:" in env.prompt(tasks[0])[0]["content"] and "Fact:" not in MemoryManagerEnv().prompt(tasks[0])[0]["content"]
 
 
 def test_wrong_operations_score_incorrect(tasks):

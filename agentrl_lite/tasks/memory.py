@@ -686,6 +686,38 @@ def _user_message(task: dict[str, Any]) -> str:
     return f"Related memories:\n{related}\n\nNew message (session {task['session']}): {task['text']}"
 
 
+NOTE_PROMPT = MANAGER_PROMPT + (
+    " Before the call write one line: \"Fact: <whose what>. Memory: <[id] of the memory that holds it, or "
+    "none>.\", or \"Fact: none.\" for small talk."
+)
+"""the manager's prompt when it writes a note before its call (`MemoryManagerEnv(note=True)`)"""
+SUBJECTS = {"city": "{e}'s home city", "job": "{e}'s job", "pet": "{e}'s pet", "colour": "{e}'s favourite colour",
+            "employer": "{e}'s employer", "based": "{e}'s base"}
+"""attribute → how a note names the fact ("whose what")"""
+
+
+def stored_memory(task: dict[str, Any]) -> int | None:
+    """The id of the memory in the task's bank that holds the fact its message is about (same person and
+    attribute), None when none does or the message states no fact."""
+    fact = read_fact(task["text"])
+    if fact is None:
+        return None
+    prefix = MEMORY_TEMPLATES[fact["attribute"]].format(e=fact["entity"], v="\0").split("\0")[0]
+    return next((e["id"] for e in task["bank"]["entries"] if e["content"].startswith(prefix)), None)
+
+
+def manager_note(task: dict[str, Any]) -> str:
+    """The line a manager writes before its call: the fact the message is about, and the memory that holds it.
+    "Fact: Tamo Vesk's pet. Memory: [3]." — the operation then follows from reading two lines: no fact, NOOP;
+    no memory, ADD; a memory, UPDATE for a new value, NOOP for the same, DELETE for a retraction."""
+    fact = read_fact(task["text"])
+    if fact is None:
+        return "Fact: none."
+    memory = stored_memory(task)
+    return f"Fact: {SUBJECTS[fact['attribute']].format(e=fact['entity'])}. " \
+           f"Memory: {'none' if memory is None else f'[{memory}]'}."
+
+
 def ideal_call(task: dict[str, Any]) -> ToolCall:
     """The ideal operation of a manager task as a tool call."""
     ideal = task["ideal"]
@@ -696,17 +728,26 @@ def ideal_call(task: dict[str, Any]) -> ToolCall:
     return ToolCall(name, arguments)
 
 
-def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
-    """The gold conversation after the system prompt: the turn and its related memories, then the ideal call."""
+def demonstration(task: dict[str, Any], note: bool = False) -> list[dict[str, str]]:
+    """The gold conversation after the system prompt: the turn and its related memories, then the ideal call
+    (with note: the `manager_note` line first, for `MemoryManagerEnv(note=True)`)."""
+    call = format_tool_call(ideal_call(task))
     return [{"role": "user", "content": _user_message(task)},
-            {"role": "assistant", "content": format_tool_call(ideal_call(task))}]
+            {"role": "assistant", "content": f"{manager_note(task)}\n{call}" if note else call}]
 
 
 class MemoryManagerEnv:
-    """One memory-manager step (an `Environment`): the new turn and related memories in, one operation out."""
+    """One memory-manager step (an `Environment`): the new turn and related memories in, one operation out.
+
+    note: the prompt asks for a `manager_note` line before the call (the fact the message is about, the memory that
+    holds it), so the operation becomes a reading of what the manager has just written."""
+
+    def __init__(self, note: bool = False) -> None:
+        self.note = note
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
-        return [{"role": "system", "content": MANAGER_PROMPT}, {"role": "user", "content": _user_message(task)}]
+        return [{"role": "system", "content": NOTE_PROMPT if self.note else MANAGER_PROMPT},
+                {"role": "user", "content": _user_message(task)}]
 
     def toolbox_for(self, task: dict[str, Any]) -> Toolbox:
         """The four operations over a fresh copy of the task's bank."""
