@@ -740,7 +740,8 @@ class MemoryManagerEnv:
     """One memory-manager step (an `Environment`): the new turn and related memories in, one operation out.
 
     note: the prompt asks for a `manager_note` line before the call (the fact the message is about, the memory that
-    holds it), so the operation becomes a reading of what the manager has just written."""
+    holds it), meant to turn the operation into a reading of what the manager has just written. Measured on the
+    cold start, it did not: each seed's prior moved into the note (results/notes/11_memory_agents.md, item 10)."""
 
     def __init__(self, note: bool = False) -> None:
         self.note = note
