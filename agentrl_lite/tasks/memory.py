@@ -696,10 +696,11 @@ SUBJECTS = {"city": "{e}'s home city", "job": "{e}'s job", "pet": "{e}'s pet", "
 """attribute → how a note names the fact ("whose what")"""
 
 
-def stored_memory(task: dict[str, Any]) -> int | None:
+def stored_memory(task: dict[str, Any], fact: dict[str, Any] | None = None) -> int | None:
     """The id of the memory in the task's bank that holds the fact its message is about (same person and
-    attribute), None when none does or the message states no fact."""
-    fact = read_fact(task["text"])
+    attribute), None when none does or the message states no fact. fact: `read_fact(task["text"])` if the caller
+    has it already."""
+    fact = fact or read_fact(task["text"])
     if fact is None:
         return None
     prefix = MEMORY_TEMPLATES[fact["attribute"]].format(e=fact["entity"], v="\0").split("\0")[0]
@@ -713,7 +714,7 @@ def manager_note(task: dict[str, Any]) -> str:
     fact = read_fact(task["text"])
     if fact is None:
         return "Fact: none."
-    memory = stored_memory(task)
+    memory = stored_memory(task, fact)
     return f"Fact: {SUBJECTS[fact['attribute']].format(e=fact['entity'])}. " \
            f"Memory: {'none' if memory is None else f'[{memory}]'}."
 

@@ -20,12 +20,11 @@ import argparse
 import datetime
 import random
 import resource
-import sys
 import time
 from collections import Counter, defaultdict
 
 from agentrl_lite import seed_everything, write_results
-from agentrl_lite.course.results import read_results
+from agentrl_lite.course.results import current_command, read_results
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.models import load_policy
 from agentrl_lite.rollout import RolloutConfig
@@ -72,7 +71,7 @@ def main() -> None:
         if args.note:
             written = ep.model_turns[0].content.split("\n", 1)[0].strip()
             notes[task["event"], written == manager_note(task)] += 1
-    row = {"command": "python " + " ".join(sys.argv), "seed": args.seed, "note": args.note,
+    row = {"command": current_command(), "seed": args.seed, "note": args.note,
            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "sft_steps": args.sft_steps, "sft_seconds": round(sft_seconds, 1),
            "eval_seconds": round(time.perf_counter() - start, 1), "losses": [round(x, 4) for x in losses],
