@@ -16,6 +16,8 @@ from agentrl_lite.tasks.search import (
     SearchEnv,
     demonstration,
     encyclopedia,
+    grounded,
+    grounding_reward,
     search_questions,
 )
 from agentrl_lite.tools import MAX_SEARCH_RESULTS, SearchIndex, Toolbox
@@ -185,6 +187,44 @@ def test_the_demonstrated_evidence_is_copied_from_what_the_search_returned(index
     assert "copy the sentence" not in SearchEnv(index).prompt(q)[0]["content"]
 
 
+def test_an_answer_is_grounded_only_when_read_off_a_cited_sentence_the_search_returned(index, questions, world):
+    """`grounded` needs no gold: every cited demonstration is grounded, uncited ones are not, and the cold start's
+    failure (citing the person's sentence, then answering another person's year from a snippet) is not."""
+    for q in questions[::7]:
+        assert grounded(q["question"], demonstration(q, index, cite=True)[1:]), q
+        assert not grounded(q["question"], demonstration(q, index)[1:]), q
+    q = next(q for q in questions if q["kind"] == "unanswerable" and len(q["queries"]) == 1)
+    person = next(p for p in world.people if p["name"] == q["queries"][0])
+    neighbour = next(p for p in world.people if p["town"] == person["town"] and p["born"] is not None)
+    searched = [{"role": "assistant", "content": "<tool_call>…</tool_call>"},
+                {"role": "tool", "content": index.search(person["name"])},
+                {"role": "tool", "content": index.search(neighbour["name"])}]
+    own = [s for s in searched[1]["content"].split(": ", 1)[1].splitlines()[0].split(". ") if s][0].rstrip(".") + "."
+    theirs = next(line for line in searched[2]["content"].splitlines() if neighbour["name"] + ":" in line)
+    theirs = theirs.split(": ", 1)[1]
+    year = str(neighbour["born"])
+
+    def reply(text):
+        return searched + [{"role": "assistant", "content": text}]
+
+    assert own.startswith(person["name"]) and year not in own and year in theirs
+    assert grounded(q["question"], reply(f"{own} No year of birth is given.\n<answer>unknown</answer>"))
+    assert not grounded(q["question"], reply(f"{own}\n<answer>{year}</answer>"))  # the neighbour's year
+    assert grounded(q["question"], reply(f"{theirs}\n<answer>{year}</answer>"))  # wrong, but read off its citation
+    assert not grounded(q["question"], reply(f"{person['name']} was born in {year}.\n<answer>{year}</answer>"))  # made up
+    assert not grounded(q["question"], reply(f"{year}.\n<answer>{year}</answer>"))  # a fragment is not a sentence
+    assert not grounded(q["question"], reply(f"{theirs}\n<answer>unknown</answer>"))  # the cited line has a year
+    assert not grounded(q["question"], reply("<answer>unknown</answer>"))  # nothing cited
+    assert not grounded(q["question"], reply(own))  # no answer
+    town_question = f"In which town was {person['name']} born?"
+    assert not grounded(town_question, reply(f"{own}\n<answer>unknown</answer>"))  # only years are left out
+    assert grounded(town_question, reply(f"{own}\n<answer>{person['town']}</answer>"))
+    completions = [reply(f"{own} No year of birth is given.\n<answer>unknown</answer>"), reply(f"{own}\n<answer>{year}</answer>")]
+    assert grounding_reward([[], []], completions, question=[q["question"]] * 2) == [1.0, 0.0]
+    with pytest.raises(ValueError, match="question"):
+        grounding_reward([[], []], completions)
+
+
 def test_the_environment_modes_and_score(index, questions):
     q = next(q for q in questions if q["kind"] == "single_hop")
     agent, closed, rag = SearchEnv(index), SearchEnv(index, mode="closed_book"), SearchEnv(index, mode="rag")
@@ -196,7 +236,7 @@ def test_the_environment_modes_and_score(index, questions):
     right = Episode(prompt=[], answer=f"the {q['answer']}")
     wrong = Episode(prompt=[], answer=None)
     assert agent.score(q, right)["correct"] == 1.0 and agent.score(q, right)["f1"] == 1.0
-    assert agent.score(q, wrong) == {"correct": 0.0, "f1": 0.0, "formatted": 0.0, "searches": 0.0}
+    assert agent.score(q, wrong) == {"correct": 0.0, "f1": 0.0, "formatted": 0.0, "searches": 0.0, "grounded": 0.0}
 
 
 def _episode(index, answer, searches):

@@ -30,9 +30,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl_lite.chat import ToolCall, format_tool_call
+from agentrl_lite.chat import ANSWER_CLOSE, ANSWER_OPEN, ToolCall, extract_answer, format_tool_call
 from agentrl_lite.episode import Episode
-from agentrl_lite.rewards import exact_match, normalize_answer, token_f1
+from agentrl_lite.rewards import episode_completion, exact_match, normalize_answer, token_f1
 from agentrl_lite.tools import SearchIndex, Toolbox
 
 UNKNOWN = "unknown"
@@ -263,12 +263,13 @@ class SearchEnv:
 
     def score(self, task: dict[str, Any], episode: Episode) -> dict[str, float]:
         """correct: normalised exact match of the `<answer>`; f1: token F1; searches: calls made;
-        formatted: an `<answer>` was given."""
+        formatted: an `<answer>` was given; grounded: the answer is read off the evidence it cited (`grounded`)."""
         return {
             "correct": float(exact_match(episode.answer, task["answer"])),
             "f1": token_f1(episode.answer, task["answer"]),
             "formatted": float(episode.answer is not None),
             "searches": float(episode.num_tool_calls),
+            "grounded": float(grounded(task["question"], episode_completion(episode))),
         }
 
 
@@ -291,9 +292,13 @@ def evidence(task: dict[str, Any], index: SearchIndex) -> str:
     if task["answer"] == UNKNOWN:
         return f"{docs[-1][0]} No year of birth is given."
     hits = [s for s in docs[-1] if normalize_answer(task["answer"]) in normalize_answer(s)]
-    sentence = hits[0] if hits else docs[-1][0]
+    return _quoted(documents[task["support"][-1]]["title"], hits[0] if hits else docs[-1][0])
+
+
+def _quoted(title: str, sentence: str) -> str:
+    """A document's sentence as a citation writes it: standing alone ("Its headquarters are in X." names its
+    organisation, whose title the snippet gives)."""
     if sentence.startswith("Its headquarters are in "):
-        title = documents[task["support"][-1]]["title"]
         return sentence.replace("Its headquarters", f"The headquarters of {title}", 1)
     return sentence
 
@@ -309,6 +314,54 @@ def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3, cite: bo
     cited = f"{evidence(task, index)}\n" if cite else ""
     messages.append({"role": "assistant", "content": f"{cited}<answer>{task['answer']}</answer>"})
     return messages
+
+
+# --- grounding: is the answer read off the evidence the agent cited? --------------------------------------
+_SNIPPET_LINE = re.compile(r"^\[\d+\] (.+?): (.*)$")
+_YEAR = re.compile(r"\b\d{3,4}\b")
+
+
+def _contains(text: str, phrase: str) -> bool:
+    return f" {normalize_answer(phrase)} " in f" {normalize_answer(text)} "
+
+
+def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
+    """Is the final answer read off a sentence the agent cited, copied from what its searches returned?
+
+    The cited sentences are those of the final reply before `<answer>` that are whole sentences of a retrieved
+    snippet (as `evidence` quotes them; case and punctuation aside); sentences the agent wrote itself, and
+    fragments, do not count. A value is grounded when a cited
+    sentence holds it; `unknown` is grounded when the question asks for a year and the cited sentences (at
+    least one) hold none — the one kind of fact this corpus leaves out. It needs no gold answer: it checks the
+    step from evidence to answer, the step the cold start skips when it cites a person's sentence and answers
+    with a year from another person's snippet (results/notes/09_agentic_search.md, item 17). No `<answer>`:
+    not grounded.
+    """
+    final = next((m.get("content") or "" for m in reversed(completion) if m.get("role") == "assistant"), "")
+    answer = extract_answer(final)
+    if answer is None:
+        return False
+    quotable = [_quoted(match.group(1), sentence)
+                for m in completion if m.get("role") == "tool"
+                for line in str(m.get("content") or "").splitlines() if (match := _SNIPPET_LINE.match(line))
+                for sentence in _sentences(match.group(2))]
+    quotable_forms = {normalize_answer(q) for q in quotable}
+    before = final[:final.rfind(ANSWER_OPEN, 0, final.rfind(ANSWER_CLOSE))]
+    cited = [s for s in _sentences(before) if normalize_answer(s) in quotable_forms]
+    if normalize_answer(answer) == UNKNOWN:
+        return bool(cited) and "year" in question.lower() and not any(_YEAR.search(s) for s in cited)
+    return any(_contains(s, answer) for s in cited)
+
+
+def grounding_reward(prompts: list[Any], completions: list[Any], question: list[str] | None = None,
+                     **kwargs: Any) -> list[float | None]:
+    """1.0 when the answer is `grounded` in the evidence the agent cited, else 0.0 (a reward with TRL's
+    signature; the task's `question` column is passed by the trainer). Meant beside exact match with a small
+    weight: within a group it ranks a wrong year copied from a neighbour's snippet below `unknown` said of a
+    cited sentence without a year, and below a wrong value the citation does hold."""
+    if question is None or len(question) != len(completions):
+        raise ValueError("grounding_reward needs the per-sample column 'question' (one per completion)")
+    return [float(grounded(q, c)) if isinstance(c, list) else 0.0 for q, c in zip(question, completions, strict=True)]
 
 
 # --- analysis: what the agent retrieved, recall@k, why an answer was wrong -------------------------------

@@ -32,7 +32,7 @@ from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft, tokenize_conversation
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
-from agentrl_lite.tasks.search import KINDS, SearchEnv, demonstration, failure_kind
+from agentrl_lite.tasks.search import KINDS, SearchEnv, demonstration, failure_kind, grounding_reward
 from agentrl_lite.tools import SearchIndex
 
 
@@ -120,7 +120,8 @@ class BatchBaseline:
 
 class KindLog:
     """Mixin for a trainer: each step's mean reward, share of groups without reward spread and mean advantage per
-    question kind (`by_kind_log`, one dict per step), to see which kinds carry an update's signal."""
+    question kind (`by_kind_log`, one dict per step), to see which kinds carry an update's signal, and the ids of the
+    questions the step drew."""
 
     def advantages(self, episodes, rewards):
         advantages, metrics = super().advantages(episodes, rewards)
@@ -133,6 +134,7 @@ class KindLog:
                 row[kind] = {"reward": float(r.nanmean()), "groups": len(groups),
                              "zero_std": float(sum(bool((x.nan_to_num() == x.nan_to_num()[0]).all()) for x in r)) / len(groups),
                              "advantage": float(torch.cat([per_episode[i:i + g] for i in groups]).mean())}
+        row["ids"] = sorted({ep.metadata["id"] for ep in episodes})
         self.by_kind_log.append(row)
         return advantages, metrics
 
@@ -204,6 +206,11 @@ def main() -> None:
                    "group's mean (GRPO) or the whole batch's (REINFORCE++; see BatchBaseline)")
     p.add_argument("--decision-every", type=int, default=0, help="every this many GRPO steps (and after the cold "
                    "start and the last step), P(unknown) at the cold start's greedy <answer> on each validation question")
+    p.add_argument("--grounding-weight", type=float, default=0.0, help="weight of search.grounding_reward (the "
+                   "answer read off the sentence the agent cited) beside EM and the format term; 0 for none")
+    p.add_argument("--abstain-check", type=int, default=0, help="also evaluate greedily on this many unanswerable "
+                   "TRAINING questions that are not SFT demonstrations (the validation split has only ten); the "
+                   "ones GRPO drew are listed in grpo.by_kind[*].ids")
     p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
                    "sentence before the answer (search.evidence, SearchEnv(cite=True)); give --max-new-tokens 72")
     args = p.parse_args()
@@ -221,6 +228,9 @@ def main() -> None:
             raise SystemExit(f"unknown kinds {sorted(rl_kinds - set(KINDS))}: choose from {KINDS}")
         train = [q for q in train if q["kind"] in rl_kinds]
     demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
+    demo_ids = {d["id"] for d in demos}
+    abstain_tasks = [q for q in read_jsonl(DATA_DIR / "search_train.jsonl")
+                     if q["kind"] == "unanswerable" and q["id"] not in demo_ids][:args.abstain_check]
     if args.cite:  # the same questions, each final reply citing its evidence first
         demos = [{**d, "messages": demonstration(d, index, cite=True)} for d in demos]
     model, tokenizer = load_policy(None)
@@ -237,9 +247,16 @@ def main() -> None:
                                                          for q, ep in zip(tasks, r.episodes, strict=True) if q["kind"] == k))
                             for k in KINDS},
                "seconds": time.perf_counter() - t}
+        out["grounded"] = {k: float(np.mean([s["grounded"] for q, s in zip(tasks, r.scores, strict=True)
+                                             if q["kind"] == k])) for k in KINDS}
+        last_episodes[:] = r.episodes
+        if abstain_tasks:
+            a = evaluate(model, tokenizer, env, abstain_tasks, evalcfg)
+            out["abstain_check"] = {"ids": [q["id"] for q in abstain_tasks], "correct": a.correct,
+                                    "answers": [ep.answer for ep in a.episodes],
+                                    "grounded": [s["grounded"] for s in a.scores]}
         out["peak_rss_mb"] = peak_mb()
         print(name, json.dumps(out), flush=True)
-        last_episodes[:] = r.episodes
         return out
 
     last_episodes: list = []
@@ -293,8 +310,10 @@ def main() -> None:
         if args.baseline == "batch":
             trainer_class = type("BatchBaseline" + trainer_class.__name__, (BatchBaseline, trainer_class), {})
         trainer_class = type("KindLog" + trainer_class.__name__, (KindLog, trainer_class), {"by_kind_log": []})
-        trainer = trainer_class(model, tokenizer, env, train, [exact_match_reward, format_reward], config,
-                                reward_weights=[1.0, args.format_weight], **extra)
+        rewards, weights = [exact_match_reward, format_reward], [1.0, args.format_weight]
+        if args.grounding_weight:
+            rewards, weights = rewards + [grounding_reward], weights + [args.grounding_weight]
+        trainer = trainer_class(model, tokenizer, env, train, rewards, config, reward_weights=weights, **extra)
         t = time.perf_counter()
         row["validation_during_grpo"] = {}
         stops = {k for every in (args.eval_every, args.decision_every) if every
