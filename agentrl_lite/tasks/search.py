@@ -335,7 +335,9 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     least one) hold none — the one kind of fact this corpus leaves out. It needs no gold answer: it checks the
     step from evidence to answer, the step the cold start skips when it cites a person's sentence and answers
     with a year from another person's snippet (results/notes/09_agentic_search.md, item 17). No `<answer>`:
-    not grounded.
+    not grounded. It does not check that the answer is what the question asks for: a town named in the cited
+    sentence, given to a "which year" question, is grounded, and so is a town's founding year, cited and answered
+    (item 18: GRPO with this term as a bonus found both).
     """
     final = next((m.get("content") or "" for m in reversed(completion) if m.get("role") == "assistant"), "")
     answer = extract_answer(final)
