@@ -318,6 +318,11 @@ def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3, cite: bo
 
 # --- grounding: is the answer read off the evidence the agent cited? --------------------------------------
 _SNIPPET_LINE = re.compile(r"^\[\d+\] (.+?): (.*)$")
+
+
+def _snippets(tool_result: str) -> list[tuple[str, str]]:
+    """(title, text) of each document in a `search` reply ("[1] Title: text" lines); other lines are skipped."""
+    return [(m.group(1), m.group(2)) for line in str(tool_result).splitlines() if (m := _SNIPPET_LINE.match(line))]
 _YEAR = re.compile(r"\b\d{3,4}\b")
 
 
@@ -343,11 +348,9 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     answer = extract_answer(final)
     if answer is None:
         return False
-    quotable = [_quoted(match.group(1), sentence)
-                for m in completion if m.get("role") == "tool"
-                for line in str(m.get("content") or "").splitlines() if (match := _SNIPPET_LINE.match(line))
-                for sentence in _sentences(match.group(2))]
-    quotable_forms = {normalize_answer(q) for q in quotable}
+    quotable_forms = {normalize_answer(_quoted(title, sentence))
+                      for m in completion if m.get("role") == "tool"
+                      for title, text in _snippets(m.get("content") or "") for sentence in _sentences(text)}
     before = final[:final.rfind(ANSWER_OPEN, 0, final.rfind(ANSWER_CLOSE))]
     cited = [s for s in _sentences(before) if normalize_answer(s) in quotable_forms]
     if normalize_answer(answer) == UNKNOWN:
@@ -369,13 +372,7 @@ def grounding_reward(prompts: list[Any], completions: list[Any], question: list[
 # --- analysis: what the agent retrieved, recall@k, why an answer was wrong -------------------------------
 def retrieved_titles(episode: Episode) -> list[str]:
     """Titles of the documents the search tool returned in an episode, in order (repeats kept)."""
-    titles = []
-    for turn in episode.turns:
-        for result in turn.tool_results:
-            for line in result.splitlines():
-                if line.startswith("[") and "] " in line and ": " in line:
-                    titles.append(line.split("] ", 1)[1].split(": ", 1)[0])
-    return titles
+    return [title for turn in episode.turns for result in turn.tool_results for title, _ in _snippets(result)]
 
 
 def agent_queries(episode: Episode) -> list[str]:

@@ -219,7 +219,7 @@ def main() -> None:
     validation = read_jsonl(DATA_DIR / "search_validation.jsonl")
     rng = random.Random(0)
     tasks = [q for k in KINDS for q in (lambda pool: rng.sample(pool, min(args.per_kind, len(pool))))([q for q in validation if q["kind"] == k])]
-    train = read_jsonl(DATA_DIR / "search_train.jsonl")
+    train = train_all = read_jsonl(DATA_DIR / "search_train.jsonl")
     if args.balanced:
         train = [q for k in KINDS for q in [q for q in train if q["kind"] == k][:144]]
     if args.rl_kinds:
@@ -229,8 +229,7 @@ def main() -> None:
         train = [q for q in train if q["kind"] in rl_kinds]
     demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
     demo_ids = {d["id"] for d in demos}
-    abstain_tasks = [q for q in read_jsonl(DATA_DIR / "search_train.jsonl")
-                     if q["kind"] == "unanswerable" and q["id"] not in demo_ids][:args.abstain_check]
+    abstain_tasks = [q for q in train_all if q["kind"] == "unanswerable" and q["id"] not in demo_ids][:args.abstain_check]
     if args.cite:  # the same questions, each final reply citing its evidence first
         demos = [{**d, "messages": demonstration(d, index, cite=True)} for d in demos]
     model, tokenizer = load_policy(None)
