@@ -189,7 +189,8 @@ def test_the_demonstrated_evidence_is_copied_from_what_the_search_returned(index
 
 def test_an_answer_is_grounded_only_when_read_off_a_cited_sentence_the_search_returned(index, questions, world):
     """`grounded` needs no gold: every cited demonstration is grounded, uncited ones are not, and the cold start's
-    failure (citing the person's sentence, then answering another person's year from a snippet) is not."""
+    failure (citing the person's sentence, then answering another person's year from a snippet) is not; nor is
+    GRPO's (item 18: a word of the cited sentence, not a year, to a question that asks for one)."""
     for q in questions[::7]:
         assert grounded(q["question"], demonstration(q, index, cite=True)[1:]), q
         assert not grounded(q["question"], demonstration(q, index)[1:]), q
@@ -216,6 +217,8 @@ def test_an_answer_is_grounded_only_when_read_off_a_cited_sentence_the_search_re
     assert not grounded(q["question"], reply(f"{theirs}\n<answer>unknown</answer>"))  # the cited line has a year
     assert not grounded(q["question"], reply("<answer>unknown</answer>"))  # nothing cited
     assert not grounded(q["question"], reply(own))  # no answer
+    assert person["town"] in own and not grounded(q["question"], reply(f"{own}\n<answer>{person['town']}</answer>")), (
+        "a town is no answer to a question that asks for a year, cited or not")
     town_question = f"In which town was {person['name']} born?"
     assert not grounded(town_question, reply(f"{own}\n<answer>unknown</answer>"))  # only years are left out
     assert grounded(town_question, reply(f"{own}\n<answer>{person['town']}</answer>"))

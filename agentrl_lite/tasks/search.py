@@ -340,9 +340,9 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     least one) hold none — the one kind of fact this corpus leaves out. It needs no gold answer: it checks the
     step from evidence to answer, the step the cold start skips when it cites a person's sentence and answers
     with a year from another person's snippet (results/notes/09_agentic_search.md, item 17). No `<answer>`:
-    not grounded. It does not check that the answer is what the question asks for: a town named in the cited
-    sentence, given to a "which year" question, is grounded, and so is a town's founding year, cited and answered
-    (item 18: GRPO with this term as a bonus found both).
+    not grounded. A question that asks for a year takes a year: a town named in the cited sentence is not grounded
+    there (item 18: GRPO with this term as a bonus learned to give one). It does not check the sentence's subject:
+    a town's founding year, cited and answered to a question about a person's birth, is grounded (item 18 too).
     """
     final = next((m.get("content") or "" for m in reversed(completion) if m.get("role") == "assistant"), "")
     answer = extract_answer(final)
@@ -355,6 +355,8 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     cited = [s for s in _sentences(before) if normalize_answer(s) in quotable_forms]
     if normalize_answer(answer) == UNKNOWN:
         return bool(cited) and "year" in question.lower() and not any(_YEAR.search(s) for s in cited)
+    if "year" in question.lower() and not _YEAR.fullmatch(normalize_answer(answer)):
+        return False
     return any(_contains(s, answer) for s in cited)
 
 
