@@ -388,7 +388,7 @@ def test_the_smoke_budget_stretches_by_the_measured_slowdown_within_bounds(monke
     monkeypatch.setattr(runner, "read_results", lambda name: reference if name == "bench_smoke_reference" else None)
     for measured, expected in ((3.0, 1.5), (1.0, 1.0), (20.0, 3.0)):
         times = iter([measured + 0.5, measured, measured + 1.0])  # the best of three counts
-        monkeypatch.setattr(runner, "reference_workload", lambda: next(times))
+        monkeypatch.setattr(runner, "reference_workload", lambda times=times: next(times))
         assert runner.machine_slowdown() == pytest.approx(expected)
     monkeypatch.setattr(runner, "read_results", lambda name: None)
     assert runner.machine_slowdown() == 1.0

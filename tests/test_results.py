@@ -100,3 +100,31 @@ def test_gpu_and_smoke_runs_never_overwrite_the_cpu_results_the_lessons_quote(tm
     assert paths == {"cpu": tmp_path / "99_x.json", "gpu": tmp_path / "gpu" / "99_x.json",
                      "smoke": tmp_path / "smoke" / "99_x.json"}
     assert {p: read_results("99_x", p, committed=False)["metrics"]["p"] for p in paths} == {p: p for p in paths}
+
+
+def test_the_suite_time_is_read_from_a_make_test_log_and_rendered_by_part():
+    """benchmarks/suite_time.py reads pytest's durations and the notebook runtimes; the README sentence sums them by
+    part and names the slowest lesson."""
+    import importlib.util
+
+    from agentrl_lite.course.readme import render_bench_test_suite
+
+    spec = importlib.util.spec_from_file_location("suite_time", RESULTS.parent / "benchmarks" / "suite_time.py")
+    suite_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite_time)
+    log = "\n".join([
+        "120.00s call     tests/test_notebooks.py::test_notebook_runs_in_the_smoke_profile[notebooks/01_a.ipynb]",
+        "60.00s call     tests/test_notebooks.py::test_notebook_runs_in_the_smoke_profile[solutions/01_a.ipynb]",
+        "30.00s call     tests/test_grpo.py::test_x", "6.00s setup    tests/test_engine.py::test_y",
+        "notebooks/01_a.ipynb: 119.5s  ok; peak 2900 MB (heaviest cell 4)",
+        "notebooks/02_b.ipynb: 240.0s  ok", "solutions/01_a.ipynb: 59.0s  ok", "exercises/01_a.ipynb: 20.0s  stubs",
+        "1 failed, 10 passed, 2 skipped in 600.50s (0:10:00)"])
+    m = suite_time.parse(log)
+    assert (m["seconds"], m["failed"], m["passed"], m["skipped"]) == (600.5, 1, 10, 2)
+    assert (m["lessons_seconds"], m["solutions_seconds"], m["exercises_seconds"]) == (359.5, 59.0, 20.0)
+    assert m["other_tests_seconds"] == 36.0, "only the tests outside test_notebooks.py"
+    with pytest.raises(SystemExit):
+        suite_time.parse(log.rsplit("\n", 1)[0])  # a run cut off before its summary
+    text = render_bench_test_suite({"device": "Intel(R) Xeon(R) Processor @ 2.50GHz (2 cores)", "date": "2026-11-29T03:00:00",
+                                    "metrics": {**m, "note": "nothing else ran"}})
+    assert "10 min in all (10 passed, **1 failed**)" in text and "the slowest, 02_b, 240 s" in text

@@ -216,7 +216,25 @@ def render_seed_studies(results_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def render_bench_test_suite(results: dict) -> str:
+    """The test suite's wall time, by part, from benchmarks/suite_time.py's reading of a `make test` log."""
+    m = results["metrics"]
+    lessons = {n: t for n, t in m["notebook_seconds"].items() if n.startswith("notebooks/")}
+    slowest = max(lessons, key=lessons.get)
+    outcome = f"{m['passed']} passed" + (f", **{m['failed']} failed**" if m["failed"] else "")
+    return (f"Measured `make test` ({_short_device(results['device'])}, {results['date'][:10]}; {m['note']}): "
+            f"{m['seconds'] / 60:.0f} min in all ({outcome}): the unit tests {m['other_tests_seconds'] / 60:.0f} min, "
+            f"the {len(lessons)} lessons in the smoke profile {m['lessons_seconds'] / 60:.0f} min (the slowest, "
+            f"{slowest.removeprefix('notebooks/').removesuffix('.ipynb')}, {lessons[slowest]:.0f} s), the solutions "
+            f"{m['solutions_seconds'] / 60:.0f} min and the exercises {m['exercises_seconds'] / 60:.0f} min. `make unit` "
+            f"is the first part; `make course PROFILE=smoke` the second; a cold machine adds the installs. CI "
+            f"machines have run the suite slower than this on some days: a smoke notebook over its budget (150 s × "
+            f"1.5) is judged against the slowdown the machine measures at that moment (`runner.machine_slowdown`, at "
+            f"most 3×).")
+
+
 BLOCKS: dict[str, Callable[[dict], str]] = {
+    "bench_test_suite": render_bench_test_suite,
     "bench_grpo_step": render_bench_grpo_step,
     "bench_engine_shared_prefix": render_bench_engine_shared_prefix,
     "probe_full_context_memory": render_probe_full_context_memory,

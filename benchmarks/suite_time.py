@@ -1,0 +1,44 @@
+"""How long `make test` took: reads the log of a `make test` run (pytest's `--durations=0` lines, its notebook
+runtimes section and its closing summary) and writes results/bench_test_suite.json, which the README's runtimes
+quote (the machine's file: results/, as cpu measurements are; the notebooks ran in the smoke profile). Usage:
+
+    make test 2>&1 | tee test.log; python benchmarks/suite_time.py test.log [--note "what else ran"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from agentrl_lite import write_results
+
+
+def parse(log: str) -> dict:
+    summary = re.findall(r"=* ?(?:(\d+) failed, )?(\d+) passed(?:, (\d+) skipped)?.* in ([\d.]+)s", log)
+    if not summary:
+        raise SystemExit("no pytest summary line in the log: did the run finish?")
+    failed, passed, skipped, seconds = summary[-1]
+    notebooks = {m[0]: float(m[1]) for m in re.findall(r"^((?:notebooks|solutions|exercises)/\S+\.ipynb): ([\d.]+)s  ", log, re.M)}
+    calls = [(float(s), name) for s, name in re.findall(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S+)", log, re.M)]
+    in_notebook_tests = sum(s for s, name in calls if name.startswith("tests/test_notebooks.py"))
+    return {"seconds": float(seconds), "failed": int(failed or 0), "passed": int(passed), "skipped": int(skipped or 0),
+            "notebook_seconds": notebooks,
+            "lessons_seconds": sum(s for n, s in notebooks.items() if n.startswith("notebooks/")),
+            "solutions_seconds": sum(s for n, s in notebooks.items() if n.startswith("solutions/")),
+            "exercises_seconds": sum(s for n, s in notebooks.items() if n.startswith("exercises/")),
+            "other_tests_seconds": sum(s for s, _ in calls) - in_notebook_tests}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log", type=Path)
+    parser.add_argument("--note", default="nothing else ran")
+    args = parser.parse_args()
+    metrics = {**parse(args.log.read_text()), "notebooks_profile": "smoke", "note": args.note}
+    print({k: v for k, v in metrics.items() if k != "notebook_seconds"})
+    write_results("bench_test_suite", metrics, profile="cpu", model="SmolLM2-135M-Instruct (embedded)", seed=0)
+
+
+if __name__ == "__main__":
+    main()
