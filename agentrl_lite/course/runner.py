@@ -118,47 +118,36 @@ instructions lesson 05's training cell, two GRPO runs and their evaluations, ran
 MEMORY_BUDGET_MB = {"smoke": 4096, "cpu": 4096}
 """Peak resident memory a notebook's kernel may use (a student laptop's share); the report flags notebooks above
 it, and in the smoke profile (CI) a notebook above it fails with MemoryBudgetExceeded"""
-def reference_workload(threads: int | None = None) -> float:
+
+
+def reference_workload() -> float:
     """Seconds this machine takes now for a fixed piece of the course's kind of work: SmolLM2-135M's matrix shapes
     (width 576, MLP 1536, 3 key-value heads' width), one layer's weights run 30 times, over 2 × 128 tokens and then
-    16 one-token steps of 4 rows, fp32. No model files; the same arithmetic on every machine."""
+    16 one-token steps of 4 rows, fp32, torch's default threads. No model files; the same arithmetic on every
+    machine."""
     import torch
 
-    with _threads(threads):
-        gen = torch.Generator().manual_seed(0)
-        width, hidden, kv = 576, 1536, 192
-        layer = [torch.randn(*shape, generator=gen) / shape[0] ** 0.5
-                 for shape in ((width, width), (width, kv), (width, kv), (width, width),
-                               (width, hidden), (width, hidden), (hidden, width))]
+    gen = torch.Generator().manual_seed(0)
+    width, hidden, kv = 576, 1536, 192
+    layer = [torch.randn(*shape, generator=gen) / shape[0] ** 0.5
+             for shape in ((width, width), (width, kv), (width, kv), (width, width),
+                           (width, hidden), (width, hidden), (hidden, width))]
 
-        def forward(x: torch.Tensor) -> torch.Tensor:
-            for _ in range(30):
-                q, k, v = x @ layer[0], x @ layer[1], x @ layer[2]
-                attn = torch.softmax(q[..., :kv] @ k.transpose(-1, -2) / 8.0, dim=-1) @ v
-                x = x + torch.cat([attn] * 3, dim=-1) @ layer[3]
-                x = x + (torch.nn.functional.silu(x @ layer[4]) * (x @ layer[5])) @ layer[6]
-                x = x / x.norm(dim=-1, keepdim=True)
-            return x
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(30):
+            q, k, v = x @ layer[0], x @ layer[1], x @ layer[2]
+            attn = torch.softmax(q[..., :kv] @ k.transpose(-1, -2) / 8.0, dim=-1) @ v
+            x = x + torch.cat([attn] * 3, dim=-1) @ layer[3]
+            x = x + (torch.nn.functional.silu(x @ layer[4]) * (x @ layer[5])) @ layer[6]
+            x = x / x.norm(dim=-1, keepdim=True)
+        return x
 
-        start = time.perf_counter()
-        with torch.no_grad():
-            forward(torch.randn(2, 128, width, generator=gen))
-            for _ in range(16):
-                forward(torch.randn(4, 1, width, generator=gen))
-        return time.perf_counter() - start
-
-
-@contextlib.contextmanager
-def _threads(n: int | None) -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    start = time.perf_counter()
+    with torch.no_grad():
+        forward(torch.randn(2, 128, width, generator=gen))
+        for _ in range(16):
+            forward(torch.randn(4, 1, width, generator=gen))
+    return time.perf_counter() - start
 
 
 def machine_slowdown(repeats: int = 3) -> float:
