@@ -24,9 +24,8 @@ def parse(log: str) -> dict:
     in_notebook_tests = sum(s for s, name in calls if name.startswith("tests/test_notebooks.py"))
     return {"seconds": float(seconds), "failed": int(failed or 0), "passed": int(passed), "skipped": int(skipped or 0),
             "notebook_seconds": notebooks,
-            "lessons_seconds": sum(s for n, s in notebooks.items() if n.startswith("notebooks/")),
-            "solutions_seconds": sum(s for n, s in notebooks.items() if n.startswith("solutions/")),
-            "exercises_seconds": sum(s for n, s in notebooks.items() if n.startswith("exercises/")),
+            **{f"{part}_seconds": sum(s for n, s in notebooks.items() if n.startswith(f"{folder}/"))
+               for part, folder in (("lessons", "notebooks"), ("solutions", "solutions"), ("exercises", "exercises"))},
             "other_tests_seconds": sum(s for s, _ in calls) - in_notebook_tests}
 
 

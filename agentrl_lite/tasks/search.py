@@ -353,9 +353,10 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
                       for title, text in _snippets(m.get("content") or "") for sentence in _sentences(text)}
     before = final[:final.rfind(ANSWER_OPEN, 0, final.rfind(ANSWER_CLOSE))]
     cited = [s for s in _sentences(before) if normalize_answer(s) in quotable_forms]
-    if normalize_answer(answer) == UNKNOWN:
-        return bool(cited) and "year" in question.lower() and not any(_YEAR.search(s) for s in cited)
-    if "year" in question.lower() and not _YEAR.fullmatch(normalize_answer(answer)):
+    asks_year, said = "year" in question.lower(), normalize_answer(answer)
+    if said == UNKNOWN:
+        return bool(cited) and asks_year and not any(_YEAR.search(s) for s in cited)
+    if asks_year and not _YEAR.fullmatch(said):
         return False
     return any(_contains(s, answer) for s in cited)
 
