@@ -189,12 +189,14 @@ def test_the_demonstrated_evidence_is_copied_from_what_the_search_returned(index
 
 def test_an_answer_is_grounded_only_when_read_off_a_cited_sentence_the_search_returned(index, questions, world):
     """`grounded` needs no gold: every cited demonstration is grounded, uncited ones are not, and the cold start's
-    failure (citing the person's sentence, then answering another person's year from a snippet) is not; nor is
-    GRPO's (item 18: a word of the cited sentence, not a year, to a question that asks for one)."""
+    failure (citing the person's sentence, then answering another person's year from a snippet) is not; nor are
+    GRPO's two (item 18): a word of the cited sentence, not a year, to a question that asks for one, and a year
+    read off a cited sentence about another entity (the person's birth town, founded in that year)."""
     for q in questions[::7]:
         assert grounded(q["question"], demonstration(q, index, cite=True)[1:]), q
         assert not grounded(q["question"], demonstration(q, index)[1:]), q
     q = next(q for q in questions if q["kind"] == "unanswerable" and len(q["queries"]) == 1)
+    q2 = next(q for q in questions if q["kind"] == "unanswerable" and len(q["queries"]) == 2)
     person = next(p for p in world.people if p["name"] == q["queries"][0])
     neighbour = next(p for p in world.people if p["town"] == person["town"] and p["born"] is not None)
     searched = [{"role": "assistant", "content": "<tool_call>…</tool_call>"},
@@ -211,7 +213,7 @@ def test_an_answer_is_grounded_only_when_read_off_a_cited_sentence_the_search_re
     assert own.startswith(person["name"]) and year not in own and year in theirs
     assert grounded(q["question"], reply(f"{own} No year of birth is given.\n<answer>unknown</answer>"))
     assert not grounded(q["question"], reply(f"{own}\n<answer>{year}</answer>"))  # the neighbour's year
-    assert grounded(q["question"], reply(f"{theirs}\n<answer>{year}</answer>"))  # wrong, but read off its citation
+    assert not grounded(q["question"], reply(f"{theirs}\n<answer>{year}</answer>"))  # cited, but about the neighbour
     assert not grounded(q["question"], reply(f"{person['name']} was born in {year}.\n<answer>{year}</answer>"))  # made up
     assert not grounded(q["question"], reply(f"{year}.\n<answer>{year}</answer>"))  # a fragment is not a sentence
     assert not grounded(q["question"], reply(f"{theirs}\n<answer>unknown</answer>"))  # the cited line has a year
@@ -222,6 +224,31 @@ def test_an_answer_is_grounded_only_when_read_off_a_cited_sentence_the_search_re
     town_question = f"In which town was {person['name']} born?"
     assert not grounded(town_question, reply(f"{own}\n<answer>unknown</answer>"))  # only years are left out
     assert grounded(town_question, reply(f"{own}\n<answer>{person['town']}</answer>"))
+    town = next(t for t in world.towns if t["name"] == person["town"])
+    searched.append({"role": "tool", "content": index.search(person["town"])})
+    founded = next(line for line in searched[-1]["content"].splitlines() if f"] {town['name']}:" in line).split(": ", 1)[1]
+    assert str(town["founded"]) in founded
+    assert not grounded(q["question"], reply(f"{own} {founded}\n<answer>{town['founded']}</answer>")), (
+        "the birth town's founding year is cited, but the question asks about the person")
+    assert grounded(q["question"], reply(f"{own} {founded}\n<answer>unknown</answer>"))  # the person's sentence has none
+    org = next(o for o in world.organisations if o["founder"] == q2["queries"][1] and o["name"] == q2["queries"][0])
+    founder = next(p for p in world.people if p["name"] == org["founder"])
+    two_hop = [{"role": "tool", "content": index.search(name)} for name in (org["name"], founder["name"])]
+    org_line = next(line for line in two_hop[0]["content"].splitlines() if f"] {org['name']}:" in line).split(": ", 1)[1]
+    first, based = org_line.split(". ", 1)[0] + ".", f"The headquarters of {org['name']} are in {org['town']}."
+    theirs_own = next(line for line in two_hop[1]["content"].splitlines() if f"] {founder['name']}:" in line)
+    theirs_own = theirs_own.split(": ", 1)[1]
+    assert founder["name"] in first and str(org["founded"]) in first and org["town"] != founder["town"]
+
+    def cites(question, text):
+        return grounded(question, two_hop + [{"role": "assistant", "content": text}])
+
+    town_of_founder = f"In which town was the founder of {org['name']} born?"
+    assert cites(town_of_founder, f"{theirs_own}\n<answer>{founder['town']}</answer>")
+    assert not cites(town_of_founder, f"{based}\n<answer>{org['town']}</answer>")  # the organisation's town
+    year_of_founder = f"In which year was the founder of {org['name']} born?"
+    assert cites(year_of_founder, f"{first} {theirs_own}\n<answer>unknown</answer>")
+    assert not cites(year_of_founder, f"{first} {theirs_own}\n<answer>{org['founded']}</answer>")  # the founding year
     completions = [reply(f"{own} No year of birth is given.\n<answer>unknown</answer>"), reply(f"{own}\n<answer>{year}</answer>")]
     assert grounding_reward([[], []], completions, question=[q["question"]] * 2) == [1.0, 0.0]
     with pytest.raises(ValueError, match="question"):

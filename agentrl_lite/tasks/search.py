@@ -330,29 +330,50 @@ def _contains(text: str, phrase: str) -> bool:
     return f" {normalize_answer(phrase)} " in f" {normalize_answer(text)} "
 
 
+# Two-hop questions ask about the entity a document of the question's entity names: its founder or creator ("... by
+# P"), or the town its headquarters are in. (question pattern, where that document's sentence names the entity)
+_BRIDGES = ((re.compile(r"\b(?:founder|creator) of\b"), re.compile(r"\bby ([^,.]+)")),
+            (re.compile(r"\bprovince\b.*\bheadquartered\b"), re.compile(r"\bheadquarters of .+? are in ([^,.]+)")))
+
+
+def _subjects(question: str, retrieved: list[tuple[str, str]]) -> set[str]:
+    """The entities whose documents can answer `question` (normalised titles), read off the question and what the
+    searches returned, not off a gold answer: the titles the question names, or, for a two-hop question, the
+    entity that those documents' sentences name in the asked relation (`_BRIDGES`)."""
+    named = {normalize_answer(title) for title, _ in retrieved if _contains(question, title)}
+    for asks, link in _BRIDGES:
+        if asks.search(question):
+            return {normalize_answer(m.group(1)) for title, sentence in retrieved if normalize_answer(title) in named
+                    for m in link.finditer(sentence)}
+    return named
+
+
 def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
-    """Is the final answer read off a sentence the agent cited, copied from what its searches returned?
+    """Is the final answer read off a sentence the agent cited, copied from what its searches returned, about the
+    entity the question asks about?
 
     The cited sentences are those of the final reply before `<answer>` that are whole sentences of a retrieved
     snippet (as `evidence` quotes them; case and punctuation aside); sentences the agent wrote itself, and
-    fragments, do not count. A value is grounded when a cited
-    sentence holds it; `unknown` is grounded when the question asks for a year and the cited sentences (at
-    least one) hold none — the one kind of fact this corpus leaves out. It needs no gold answer: it checks the
-    step from evidence to answer, the step the cold start skips when it cites a person's sentence and answers
-    with a year from another person's snippet (results/notes/09_agentic_search.md, item 17). No `<answer>`:
-    not grounded. A question that asks for a year takes a year: a town named in the cited sentence is not grounded
-    there (item 18: GRPO with this term as a bonus learned to give one). It does not check the sentence's subject:
-    a town's founding year, cited and answered to a question about a person's birth, is grounded (item 18 too).
+    fragments, do not count. Of them, only those of a document about the asked entity count (`_subjects`: the
+    entity the question names, or for a two-hop question the founder, creator or headquarters town that entity's
+    retrieved document names). A value is grounded when such a sentence holds it; `unknown` is grounded when the
+    question asks for a year and such sentences (at least one) hold none — the one kind of fact this corpus leaves
+    out. A question that asks for a year takes a year. It needs no gold answer: it checks the step from evidence to
+    answer, the step the cold start skips when it cites a person's sentence and answers with a year from another
+    person's snippet (results/notes/09_agentic_search.md, item 17). GRPO with an earlier form of this term as a bonus
+    found its two holes (item 18): a town for a year, and a cited sentence about another entity (the birth town's
+    founding year); both are closed. No `<answer>`: not grounded.
     """
     final = next((m.get("content") or "" for m in reversed(completion) if m.get("role") == "assistant"), "")
     answer = extract_answer(final)
     if answer is None:
         return False
-    quotable_forms = {normalize_answer(_quoted(title, sentence))
-                      for m in completion if m.get("role") == "tool"
-                      for title, text in _snippets(m.get("content") or "") for sentence in _sentences(text)}
+    retrieved = [(title, _quoted(title, sentence)) for m in completion if m.get("role") == "tool"
+                 for title, text in _snippets(m.get("content") or "") for sentence in _sentences(text)]
+    subjects = _subjects(question, retrieved)
+    about = {normalize_answer(sentence) for title, sentence in retrieved if normalize_answer(title) in subjects}
     before = final[:final.rfind(ANSWER_OPEN, 0, final.rfind(ANSWER_CLOSE))]
-    cited = [s for s in _sentences(before) if normalize_answer(s) in quotable_forms]
+    cited = [s for s in _sentences(before) if normalize_answer(s) in about]
     asks_year, said = "year" in question.lower(), normalize_answer(answer)
     if said == UNKNOWN:
         return bool(cited) and asks_year and not any(_YEAR.search(s) for s in cited)
