@@ -16,8 +16,10 @@ from agentrl_lite.tasks.search import (
     SearchEnv,
     demonstration,
     encyclopedia,
+    accepted_answer,
     grounded,
     grounding_reward,
+    verified_exact_match_reward,
     search_questions,
 )
 from agentrl_lite.tools import MAX_SEARCH_RESULTS, SearchIndex, Toolbox
@@ -253,6 +255,16 @@ def test_an_answer_is_grounded_only_when_read_off_a_cited_sentence_the_search_re
     assert grounding_reward([[], []], completions, question=[q["question"]] * 2) == [1.0, 0.0]
     with pytest.raises(ValueError, match="question"):
         grounding_reward([[], []], completions)
+    # cite or abstain: a grounded answer stands, any other answer is recorded as unknown
+    assert accepted_answer(town_question, reply(f"{own}\n<answer>{person['town']}</answer>")) == person["town"]
+    assert accepted_answer(q["question"], reply(f"{own}\n<answer>{year}</answer>")) == "unknown"
+    assert accepted_answer(q["question"], reply(own)) is None
+    assert verified_exact_match_reward([[], [], []], completions + [reply(own)], answer=["unknown"] * 3,
+                                       question=[q["question"]] * 3) == [1.0, 1.0, 0.0]
+    assert verified_exact_match_reward([[]], [reply(f"{theirs}\n<answer>{year}</answer>")], answer=[year],
+                                       question=[town_question]) == [0.0]
+    with pytest.raises(ValueError, match="question"):
+        verified_exact_match_reward([[], []], completions, answer=["unknown"] * 2)
 
 
 def test_the_environment_modes_and_score(index, questions):
@@ -267,6 +279,8 @@ def test_the_environment_modes_and_score(index, questions):
     wrong = Episode(prompt=[], answer=None)
     assert agent.score(q, right)["correct"] == 1.0 and agent.score(q, right)["f1"] == 1.0
     assert agent.score(q, wrong) == {"correct": 0.0, "f1": 0.0, "formatted": 0.0, "searches": 0.0, "grounded": 0.0}
+    verified = SearchEnv(index, verify=True).score(q, right)  # right, but nothing cited: recorded as unknown
+    assert verified["correct"] == 0.0 and verified["answered_correct"] == 1.0
 
 
 def _episode(index, answer, searches):

@@ -243,6 +243,10 @@ class SearchEnv:
     cite: bool = False
     """the agent is asked to copy the sentence its answer rests on before answering (`CITE_PROMPT`); pair it with
     demonstrations built with `demonstration(..., cite=True)`"""
+    verify: bool = False
+    """cite or abstain: an answer counts only when it is `grounded` in the evidence the agent cited, any other
+    answer is recorded as `unknown` (`accepted_answer`); `correct` and `f1` then judge the recorded answer, and
+    `answered_correct` the agent's own"""
 
     def __post_init__(self) -> None:
         if self.mode not in ("agent", "closed_book", "rag"):
@@ -263,13 +267,19 @@ class SearchEnv:
 
     def score(self, task: dict[str, Any], episode: Episode) -> dict[str, float]:
         """correct: normalised exact match of the `<answer>`; f1: token F1; searches: calls made;
-        formatted: an `<answer>` was given; grounded: the answer is read off the evidence it cited (`grounded`)."""
+        formatted: an `<answer>` was given; grounded: the answer is read off the evidence it cited (`grounded`).
+        With `verify`, correct and f1 judge the answer the protocol records (`accepted_answer`), and
+        answered_correct the agent's own."""
+        completion = episode_completion(episode)
+        is_grounded = grounded(task["question"], completion)
+        answer = accepted_answer(task["question"], completion, is_grounded) if self.verify else episode.answer
         return {
-            "correct": float(exact_match(episode.answer, task["answer"])),
-            "f1": token_f1(episode.answer, task["answer"]),
+            "correct": float(exact_match(answer, task["answer"])),
+            "f1": token_f1(answer, task["answer"]),
             "formatted": float(episode.answer is not None),
             "searches": float(episode.num_tool_calls),
-            "grounded": float(grounded(task["question"], episode_completion(episode))),
+            "grounded": float(is_grounded),
+            **({"answered_correct": float(exact_match(episode.answer, task["answer"]))} if self.verify else {}),
         }
 
 
@@ -348,6 +358,12 @@ def _subjects(question: str, retrieved: list[tuple[str, str]]) -> set[str]:
     return named
 
 
+def _final_answer(completion: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """The last assistant message of a completion and its `<answer>` (None without one)."""
+    final = next((m.get("content") or "" for m in reversed(completion) if m.get("role") == "assistant"), "")
+    return final, extract_answer(final)
+
+
 def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     """Is the final answer read off a sentence the agent cited, copied from what its searches returned, about the
     entity the question asks about?
@@ -364,8 +380,7 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     found its two holes (item 18): a town for a year, and a cited sentence about another entity (the birth town's
     founding year); both are closed. No `<answer>`: not grounded.
     """
-    final = next((m.get("content") or "" for m in reversed(completion) if m.get("role") == "assistant"), "")
-    answer = extract_answer(final)
+    final, answer = _final_answer(completion)
     if answer is None:
         return False
     retrieved = [(title, _quoted(title, sentence)) for m in completion if m.get("role") == "tool"
@@ -380,6 +395,27 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     if asks_year and not _YEAR.fullmatch(said):
         return False
     return any(_contains(s, answer) for s in cited)
+
+
+def accepted_answer(question: str, completion: list[dict[str, Any]], is_grounded: bool | None = None) -> str | None:
+    """The answer a cite-or-abstain protocol records: the agent's own when it is `grounded` in the sentences it
+    cited, else `unknown` (it answered something its evidence does not hold); None when it gave no `<answer>`.
+    is_grounded: `grounded(question, completion)` if the caller has it already."""
+    _, answer = _final_answer(completion)
+    if answer is None:
+        return None
+    ok = grounded(question, completion) if is_grounded is None else is_grounded
+    return answer if ok else UNKNOWN
+
+
+def verified_exact_match_reward(prompts: list[Any], completions: list[Any], answer: list[str] | None = None,
+                                question: list[str] | None = None, **kwargs: Any) -> list[float | None]:
+    """Exact match of the answer the cite-or-abstain protocol records (`accepted_answer`) against the gold
+    `answer` (TRL's reward signature; needs the task columns `answer` and `question`)."""
+    if answer is None or question is None or not len(answer) == len(question) == len(completions):
+        raise ValueError("verified_exact_match_reward needs the per-sample columns 'answer' and 'question'")
+    return [float(exact_match(accepted_answer(q, c), a)) if isinstance(c, list) else 0.0
+            for q, a, c in zip(question, answer, completions, strict=True)]
 
 
 def grounding_reward(prompts: list[Any], completions: list[Any], question: list[str] | None = None,

@@ -32,7 +32,14 @@ from agentrl_lite.rewards import exact_match_reward, format_reward
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft, tokenize_conversation
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
-from agentrl_lite.tasks.search import KINDS, SearchEnv, demonstration, failure_kind, grounding_reward
+from agentrl_lite.tasks.search import (
+    KINDS,
+    SearchEnv,
+    demonstration,
+    failure_kind,
+    grounding_reward,
+    verified_exact_match_reward,
+)
 from agentrl_lite.tools import SearchIndex
 
 
@@ -211,6 +218,9 @@ def main() -> None:
     p.add_argument("--abstain-check", type=int, default=0, help="also evaluate greedily on this many unanswerable "
                    "TRAINING questions that are not SFT demonstrations (the validation split has only ten); the "
                    "ones GRPO drew are listed in grpo.by_kind[*].ids")
+    p.add_argument("--verify", action="store_true", help="cite or abstain (SearchEnv(verify=True)): an answer "
+                   "not grounded in the agent's citations is recorded as unknown, in the evaluations and in the "
+                   "exact-match reward")
     p.add_argument("--cite", action="store_true", help="demonstrations and system prompt that copy the evidence "
                    "sentence before the answer (search.evidence, SearchEnv(cite=True)); give --max-new-tokens 72")
     args = p.parse_args()
@@ -234,7 +244,7 @@ def main() -> None:
         demos = [{**d, "messages": demonstration(d, index, cite=True)} for d in demos]
     model, tokenizer = load_policy(None)
     trainable = train_top_layers(model, args.train_top) if args.train_top and args.train_top_in == "both" else None
-    env = SearchEnv(index, cite=args.cite)
+    env = SearchEnv(index, cite=args.cite, verify=args.verify)
     evalcfg = RolloutConfig(max_turns=4, max_new_tokens=args.max_new_tokens, temperature=0.0, batch_size=64, progress=False)
 
     def ev(name):
@@ -248,6 +258,10 @@ def main() -> None:
                "seconds": time.perf_counter() - t}
         out["grounded"] = {k: float(np.mean([s["grounded"] for q, s in zip(tasks, r.scores, strict=True)
                                              if q["kind"] == k])) for k in KINDS}
+        out["answers"] = [ep.answer for ep in r.episodes]
+        out["grounded_each"] = [s["grounded"] for s in r.scores]
+        if args.verify:
+            out["answered_correct"] = [s["answered_correct"] for s in r.scores]
         last_episodes[:] = r.episodes
         if abstain_tasks:
             a = evaluate(model, tokenizer, env, abstain_tasks, evalcfg)
@@ -309,7 +323,8 @@ def main() -> None:
         if args.baseline == "batch":
             trainer_class = type("BatchBaseline" + trainer_class.__name__, (BatchBaseline, trainer_class), {})
         trainer_class = type("KindLog" + trainer_class.__name__, (KindLog, trainer_class), {"by_kind_log": []})
-        rewards, weights = [exact_match_reward, format_reward], [1.0, args.format_weight]
+        rewards = [verified_exact_match_reward if args.verify else exact_match_reward, format_reward]
+        weights = [1.0, args.format_weight]
         if args.grounding_weight:
             rewards, weights = rewards + [grounding_reward], weights + [args.grounding_weight]
         trainer = trainer_class(model, tokenizer, env, train, rewards, config, reward_weights=weights, **extra)
