@@ -14,13 +14,13 @@ from agentrl_lite.tasks.search import (
     KINDS,
     UNKNOWN,
     SearchEnv,
+    accepted_answer,
     demonstration,
     encyclopedia,
-    accepted_answer,
     grounded,
     grounding_reward,
-    verified_exact_match_reward,
     search_questions,
+    verified_exact_match_reward,
 )
 from agentrl_lite.tools import MAX_SEARCH_RESULTS, SearchIndex, Toolbox
 
