@@ -32,7 +32,7 @@ from typing import Any
 
 from agentrl_lite.chat import ANSWER_CLOSE, ANSWER_OPEN, ToolCall, extract_answer, format_tool_call
 from agentrl_lite.episode import Episode
-from agentrl_lite.rewards import episode_completion, exact_match, normalize_answer, token_f1
+from agentrl_lite.rewards import _column, episode_completion, exact_match, normalize_answer, token_f1
 from agentrl_lite.tools import SearchIndex, Toolbox
 
 UNKNOWN = "unknown"
@@ -348,12 +348,14 @@ _BRIDGES = ((re.compile(r"\b(?:founder|creator) of\b"), re.compile(r"\bby ([^,.]
 
 def _subjects(question: str, retrieved: list[tuple[str, str]]) -> set[str]:
     """The entities whose documents can answer `question` (normalised titles), read off the question and what the
-    searches returned, not off a gold answer: the titles the question names, or, for a two-hop question, the
-    entity that those documents' sentences name in the asked relation (`_BRIDGES`)."""
-    named = {normalize_answer(title) for title, _ in retrieved if _contains(question, title)}
+    searches returned (`retrieved`: normalised title, sentence), not off a gold answer: the titles the question
+    names, or, for a two-hop question, the entity that those documents' sentences name in the asked relation
+    (`_BRIDGES`)."""
+    spoken = f" {normalize_answer(question)} "
+    named = {title for title, _ in retrieved if f" {title} " in spoken}
     for asks, link in _BRIDGES:
         if asks.search(question):
-            return {normalize_answer(m.group(1)) for title, sentence in retrieved if normalize_answer(title) in named
+            return {normalize_answer(m.group(1)) for title, sentence in retrieved if title in named
                     for m in link.finditer(sentence)}
     return named
 
@@ -383,10 +385,10 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     final, answer = _final_answer(completion)
     if answer is None:
         return False
-    retrieved = [(title, _quoted(title, sentence)) for m in completion if m.get("role") == "tool"
+    retrieved = [(normalize_answer(title), _quoted(title, sentence)) for m in completion if m.get("role") == "tool"
                  for title, text in _snippets(m.get("content") or "") for sentence in _sentences(text)]
     subjects = _subjects(question, retrieved)
-    about = {normalize_answer(sentence) for title, sentence in retrieved if normalize_answer(title) in subjects}
+    about = {normalize_answer(sentence) for title, sentence in retrieved if title in subjects}
     before = final[:final.rfind(ANSWER_OPEN, 0, final.rfind(ANSWER_CLOSE))]
     cited = [s for s in _sentences(before) if normalize_answer(s) in about]
     asks_year, said = "year" in question.lower(), normalize_answer(answer)
@@ -412,10 +414,10 @@ def verified_exact_match_reward(prompts: list[Any], completions: list[Any], answ
                                 question: list[str] | None = None, **kwargs: Any) -> list[float | None]:
     """Exact match of the answer the cite-or-abstain protocol records (`accepted_answer`) against the gold
     `answer` (TRL's reward signature; needs the task columns `answer` and `question`)."""
-    if answer is None or question is None or not len(answer) == len(question) == len(completions):
-        raise ValueError("verified_exact_match_reward needs the per-sample columns 'answer' and 'question'")
+    gold = _column("answer", answer, len(completions), "verified_exact_match_reward")
+    asked = _column("question", question, len(completions), "verified_exact_match_reward")
     return [float(exact_match(accepted_answer(q, c), a)) if isinstance(c, list) else 0.0
-            for q, a, c in zip(question, answer, completions, strict=True)]
+            for q, a, c in zip(asked, gold, completions, strict=True)]
 
 
 def grounding_reward(prompts: list[Any], completions: list[Any], question: list[str] | None = None,
