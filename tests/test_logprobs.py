@@ -139,3 +139,65 @@ def test_the_rows_gradient_reaches_every_weight_before_the_prefix_pass_backward(
     values = token_logprobs(model, ids, attention, score, checkpoint=checkpoint)
     grads = torch.autograd.grad(values.sum(), layers, allow_unused=True)
     assert all(g is not None for g in grads)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_under_bf16_autocast_on_a_cpu_a_pass_meets_repeating_shapes_with_the_same_values(share, monkeypatch):
+    """oneDNN keeps a compiled kernel per matrix shape of a bf16 product on a CPU: there a pass pads its rows' width
+    and its projected positions to `shape_step` multiples (masked columns, repeated positions whose logits are
+    dropped), and gets the values and gradients of the exact-width pass."""
+    import agentrl_lite.logprobs as logprobs
+
+    model, tokenizer = tiny_policy(seed=0, init_std=0.5)
+    generator = torch.Generator().manual_seed(0)
+    prefix = torch.randint(5, 200, (40,), generator=generator)
+    rows = [torch.cat([prefix, torch.randint(5, 200, (n,), generator=generator)]) for n in (10, 25, 7, 31)]
+    width = max(len(r) for r in rows)  # 71: a tail of 31 tokens after the prefix, 71 without it
+    ids = torch.stack([torch.cat([r, torch.full((width - len(r),), tokenizer.pad_token_id)]) for r in rows])
+    attention = torch.stack([(torch.arange(width) < len(r)).long() for r in rows])
+    score = attention.clone()
+    score[:, :43] = 0
+    seen = {"widths": [], "projected": []}
+    hooks = [model.get_input_embeddings().register_forward_hook(lambda m, a, o: seen["widths"].append(o.shape[1])),
+             model.lm_head.register_forward_hook(lambda m, a, o: seen["projected"].append(o.shape[1]))]
+    results = {}
+    try:
+        for repeat in (False, True):
+            monkeypatch.setattr(logprobs, "_repeating_shapes", lambda ids, on=repeat: on)
+            seen["widths"].clear(), seen["projected"].clear()
+            model.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                values, entropy = token_logprobs(model, ids, attention, score, return_entropy=True, share_prefix=share)
+            values.sum().backward()
+            results[repeat] = (values.detach(), entropy, [p.grad.clone() for p in model.parameters()], dict(seen))
+            seen = {"widths": [], "projected": []}
+    finally:
+        for h in hooks:
+            h.remove()
+    exact, padded = results[False], results[True]
+    # the exact pass: rows' width 31 after a 40-token prefix (71 whole); 31 positions scored (28 + the prefix's last)
+    assert exact[3]["widths"] == ([40, 31] if share else [71])
+    # the padded pass: every width and projected count a multiple of its step, and larger than the exact one
+    for n in padded[3]["widths"][share:] + padded[3]["projected"][share:]:
+        assert n % logprobs.shape_step(n) == 0, padded[3]
+    assert padded[3]["widths"][share:] > exact[3]["widths"][share:]
+    assert padded[3]["projected"][share:] > exact[3]["projected"][share:]
+    torch.testing.assert_close(padded[0], exact[0], atol=2e-2, rtol=0)
+    torch.testing.assert_close(padded[1], exact[1], atol=2e-2, rtol=0)
+    for got, want in zip(padded[2], exact[2], strict=True):  # bf16 rounding moves single elements, not the whole
+        assert (got - want).norm() <= 1e-2 * want.norm() + 1e-6
+
+
+def test_a_pass_pads_only_under_bf16_autocast_on_a_cpu(monkeypatch):
+    import agentrl_lite.logprobs as logprobs
+    from agentrl_lite.logprobs import _repeating_shapes
+
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not _repeating_shapes(ids), "off unless asked (REPEAT_SHAPES)"
+    monkeypatch.setattr(logprobs, "REPEAT_SHAPES", True)
+    assert not _repeating_shapes(ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _repeating_shapes(ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
+        assert not _repeating_shapes(ids)

@@ -10,9 +10,14 @@ run at every width (SHAPE_STEP 1), and the sampler keeps its weights during the 
     python benchmarks/probes/p05_train_memory.py --micro-batch-size 2 --out results/notes/05_probes/train_memory_rows2.json
     python benchmarks/probes/p05_train_memory.py --old-shapes --out results/notes/05_probes/train_memory_old_shapes.json
 
-The committed results (results/notes/05_probes/train_memory_*.json) ran at commit c53c011, when loss passes also
-ran in steps of `logprobs.SHAPE_STEP`; that padding was taken out after (it slowed lessons whose rows are short,
-results/notes/05_rl_for_tool_calls.md). Check that commit out to reproduce them.
+The committed results train_memory_{old_shapes,rows4,rows2}.json ran at commit c53c011, when loss passes also
+ran in steps of 32 tokens (`logprobs.SHAPE_STEP`, the prefix rounded down too); that padding was taken out after (it
+slowed lessons whose rows are short, results/notes/05_rl_for_tool_calls.md). Check that commit out to reproduce them.
+Since 2026-11-29 a pass under bf16 autocast on a CPU can pad again, by steps relative to the width and with an exact
+prefix (`logprobs.REPEAT_SHAPES`, off by default); the A/B, on a machine with bf16 instructions:
+
+    python benchmarks/probes/p05_train_memory.py --grpo-steps 5 --relative-steps --out results/notes/05_probes/train_memory_relative_steps.json
+    python benchmarks/probes/p05_train_memory.py --grpo-steps 5 --out results/notes/05_probes/train_memory_exact_widths.json
 """
 
 from __future__ import annotations
@@ -59,12 +64,15 @@ def main() -> None:
     parser.add_argument("--grpo-steps", type=int, default=3)
     parser.add_argument("--micro-batch-size", type=int, default=4, help="lesson 05 passes 4 rows")
     parser.add_argument("--old-shapes", action="store_true")
+    parser.add_argument("--relative-steps", action="store_true",
+                        help="loss passes under bf16 autocast padded to `logprobs.shape_step` (logprobs.REPEAT_SHAPES)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/notes/05_probes/train_memory.json")
     args = parser.parse_args()
     if args.old_shapes:
-        engine.KEY_SPAN_STEP, logprobs.SHAPE_STEP = 1, 1
+        engine.KEY_SPAN_STEP = 1
         GRPOTrainer._park_sampler = lambda self: None
+    logprobs.REPEAT_SHAPES = args.relative_steps and not args.old_shapes
     began = time.perf_counter()
     peak = Peak()
     seed_everything(args.seed)
@@ -93,7 +101,8 @@ def main() -> None:
     print("GRPO", grpo_row, flush=True)
     out = {"command": current_command(), "device": device_name(), "bf16_is_fast": bf16_is_fast("cpu"),
            "seed": args.seed, "profile": "cpu", "micro_batch_size": args.micro_batch_size,
-           "old_shapes": args.old_shapes, "key_span_step": engine.KEY_SPAN_STEP, "shape_step": getattr(logprobs, "SHAPE_STEP", None),
+           "old_shapes": args.old_shapes, "relative_steps": logprobs.REPEAT_SHAPES,
+           "key_span_step": engine.KEY_SPAN_STEP,
            "sft": sft_row, "grpo": grpo_row, "seconds": round(time.perf_counter() - began, 1),
            "contended": False}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
