@@ -278,7 +278,8 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
         run_dir = tmp_path / "runs" / name
         run_dir.mkdir(parents=True)
         summary = {"profile": "cpu", "command": command, "notebooks": notebooks}
-        (run_dir / "runs.json").write_text(json.dumps(summary if device is None else {**summary, "device": device}))
+        machine = {} if device is None else {"device": device, "bf16": True}  # a run since 2026-11-29 records both
+        (run_dir / "runs.json").write_text(json.dumps({**summary, **machine}))
         return run_dir
 
     monkeypatch.setattr("agentrl_lite.course.runner.device_name", lambda: "Machine A (2 cores)")
@@ -305,8 +306,9 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
     assert metrics["notebooks"]["01_b.ipynb"] == {"status": "ok", "seconds": 900.0, "peak_rss_mb": None,
                                                   "run_dir": "20260102T000000Z",
                                                   "command": "make course PROFILE=cpu LESSON=01",
-                                                  "device": "Machine B (2 cores)"}
+                                                  "device": "Machine B (2 cores)", "bf16": True}
     assert metrics["notebooks"]["00_a.ipynb"]["device"] == "Machine A (2 cores)"  # a runs.json without one: here
+    assert "bf16" not in metrics["notebooks"]["00_a.ipynb"], "an older run does not say: nothing is guessed"
     assert record["device"] == "Machine A (2 cores) and Machine B (2 cores)"
     assert metrics["over_budget"] == [] and metrics["notebooks"]["00_a.ipynb"]["run_dir"] == "20260101T000000Z"
     # one seed of a later `reproduce` run, onto the committed file whose run folders are gone
@@ -368,3 +370,8 @@ def test_a_contended_runtime_is_marked_in_the_readme_table():
     text = render_course_cpu(results)
     assert "| 01_a | 10.0 min |" in text and "| 02_b | 10.0 min (contended) |" in text
     assert "Contended runs (their runtime is too long): 02_b: a probe ran beside it." in text
+    assert "| AMD EPYC (2 cores) | `runs/r` |" in text, "a row that does not say whether its machine ran bf16"
+    results["metrics"]["notebooks"]["01_a.ipynb"] = {**row, "bf16": True}
+    results["metrics"]["notebooks"]["02_b.ipynb"] = {**row, "bf16": False, "device": "Intel Xeon (2 cores)"}
+    text = render_course_cpu(results)
+    assert "| AMD EPYC (2 cores), bf16 | `runs/r` |" in text and "| Intel Xeon (2 cores), fp32 | `runs/r` |" in text

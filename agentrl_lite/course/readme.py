@@ -92,7 +92,7 @@ def render_course_cpu(results: dict) -> str:
     for name, n in m["notebooks"].items():
         ok = "yes" if n["status"] == "ok" and n["seconds"] <= m["budget_seconds_per_notebook"] else "**no**"
         memory = f"{n['peak_rss_mb'] / 1024:.1f} GB" if n.get("peak_rss_mb") else "not measured"
-        machine = _short_device(n.get("device", results["device"]))
+        machine = _short_device(n.get("device", results["device"])) + {True: ", bf16", False: ", fp32"}.get(n.get("bf16"), "")
         mark = " (contended)" if n.get("contended") else ""
         lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min{mark} | {ok} | {memory} | {machine} | "
                      f"`runs/{n['run_dir']}` |")
@@ -103,8 +103,9 @@ def render_course_cpu(results: dict) -> str:
                   + "; ".join(f"{name}: {why}" for name, why in contended.items()) + "."]
     if len(devices) > 1:
         lines += ["", "The rows were measured on different machines (" + "; ".join(devices) + "): runtimes of "
-                  "different machines do not compare (an Intel Xeon without bf16 instructions runs every lesson in "
-                  "fp32, see `results/bench_bf16.json`)."]
+                  "different machines do not compare: a machine with bf16 instructions trains under bf16 autocast and "
+                  "samples with a bf16 copy, one without runs every lesson in fp32 (`results/bench_bf16.json`): "
+                  "slower, and with other peaks of memory."]
     return "\n".join(lines + ["", memory_statement(m["notebooks"])])
 
 

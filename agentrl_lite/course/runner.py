@@ -27,6 +27,7 @@ from typing import Any
 
 import nbformat
 import papermill
+import torch
 from papermill.exceptions import PapermillExecutionError
 from papermill.execute import ERROR_MARKER_TAG
 from tqdm.auto import tqdm
@@ -537,8 +538,16 @@ def write_runs_summary(run_dir: Path, profile: str, command: str, runs: list[Not
                 "heaviest_cells": [{"cell": i, "peak_rss_mb": mb} for i, mb in run.heaviest_cells()],
                 "error": run.error, "errors": [asdict(e) for e in run.errors]} for run in runs]
     (run_dir / "runs.json").write_text(
-        json.dumps({"profile": profile, "command": command, "device": device_name(), "notebooks": summary},
-                   indent=2) + "\n")
+        json.dumps({"profile": profile, "command": command, "device": device_name(), "bf16": _bf16_machine(),
+                    "notebooks": summary}, indent=2) + "\n")
+
+
+def _bf16_machine() -> bool:
+    """Whether this machine multiplies bf16 natively, so that the lessons' "auto" choices train under bf16 autocast
+    and sample with a bf16 copy (`models.bf16_is_fast`): its runtimes and peaks are not an fp32 machine's."""
+    from agentrl_lite.models import bf16_is_fast
+
+    return bf16_is_fast("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _run_name(run_dir: str | Path) -> str:
@@ -558,7 +567,8 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
     onto_committed: start from the committed file's notebooks (their run folders may be gone: runs/ is not
     committed), so one lesson's new run updates its row and leaves the others as they were measured.
     A notebook row may carry `contended` (why its runtime is too long, written by hand after the run); a later run
-    of that notebook replaces the row and drops it.
+    of that notebook replaces the row and drops it. `bf16`: whether its machine trained and sampled in bf16 (runs
+    since 2026-11-29 record it; earlier rows carry it by hand, from results/bench_bf16.json).
     Every notebook records the machine that ran it (a run folder from before runs.json named it: this machine; a
     committed row without one: the committed file's device); the file's device names them all when they differ.
     """
@@ -579,7 +589,8 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
         for e in summary["notebooks"]:
             notebooks[e["notebook"]] = {"status": e["status"], "seconds": e["seconds"],
                                         "peak_rss_mb": e.get("peak_rss_mb"), "run_dir": _run_name(run_dir),
-                                        "command": summary["command"], "device": summary.get("device", device_name())}
+                                        "command": summary["command"], "device": summary.get("device", device_name()),
+                                        **({"bf16": summary["bf16"]} if "bf16" in summary else {})}
     notebooks = dict(sorted(notebooks.items()))
     metrics = {
         "run_dirs": list(dict.fromkeys([*earlier, *(_run_name(d) for d in run_dirs)])),
