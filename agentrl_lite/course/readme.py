@@ -102,10 +102,10 @@ def render_course_cpu(results: dict) -> str:
         lines += ["", "Contended runs (their runtime is too long): "
                   + "; ".join(f"{name}: {why}" for name, why in contended.items()) + "."]
     if len(devices) > 1:
-        lines += ["", "The rows were measured on different machines (" + "; ".join(devices) + "): runtimes of "
-                  "different machines do not compare: a machine with bf16 instructions trains under bf16 autocast and "
-                  "samples with a bf16 copy, one without runs every lesson in fp32 (`results/bench_bf16.json`): "
-                  "slower, and with other peaks of memory."]
+        lines += ["", "The rows were measured on different machines (" + "; ".join(devices) + "), and runtimes of "
+                  "different machines do not compare. A machine with bf16 instructions trains under bf16 autocast and "
+                  "samples with a bf16 copy; one without runs every lesson in fp32 (`results/bench_bf16.json`), "
+                  "slower and with other memory peaks."]
     return "\n".join(lines + ["", memory_statement(m["notebooks"])])
 
 
