@@ -50,7 +50,8 @@ def _round_up(n: int) -> int:
 
 
 def _repeating_shapes(input_ids: torch.Tensor) -> bool:
-    """Whether this pass runs under bf16 autocast on a CPU (training where bf16 is fast, `models.use_bf16`). There oneDNN
+    """Whether this pass pads to repeating shapes: `REPEAT_SHAPES` is on and the pass runs under bf16 autocast on a CPU
+    (training where bf16 is fast, `models.use_bf16`). There oneDNN
     compiles a kernel for every matrix shape and keeps it (up to 1024 of them): a loss pass at every width a batch
     happens to have held over a gigabyte of them in lesson 05's bf16 training (results/notes/05_rl_for_tool_calls.md),
     so such a pass pads its rows' width and its projected positions to `shape_step` multiples. Elsewhere (fp32,
