@@ -175,13 +175,14 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     if prefix < PREFIX_MIN_TOKENS:
         prefix = 0
     recompute = (lambda: checkpointed_layers(model)) if checkpoint else contextlib.nullcontext  # a fresh one per pass
-    if _repeating_shapes(input_ids) and (extra := _round_up(input_ids.shape[1] - prefix) - (input_ids.shape[1] - prefix)):
+    repeat = _repeating_shapes(input_ids)
+    if repeat and (extra := _round_up(input_ids.shape[1] - prefix) - (input_ids.shape[1] - prefix)):
         # padding columns on the right, masked: causal attention keeps them from changing any real position
         input_ids = torch.nn.functional.pad(input_ids, (0, extra))
         attention_mask = torch.nn.functional.pad(attention_mask, (0, extra))
     if not prefix:
         with recompute():
-            return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=_padded(keep, input_ids),
+            return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=_padded(keep, repeat),
                          use_cache=False).logits[:, :len(keep)]
     recorder = Cache(layers=[_PrefixRecorder() for _ in decoder_layers(model)])
     with recompute():
@@ -197,7 +198,7 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
         with recompute():
             return model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions,
                          past_key_values=cache, use_cache=True,
-                         logits_to_keep=_padded(tail_keep, input_ids)).logits[:, :len(tail_keep)]
+                         logits_to_keep=_padded(tail_keep, repeat)).logits[:, :len(tail_keep)]
 
     cached = [t for layer in recorder.layers for t in (layer.keys, layer.values)]
     tail = _RowsPass.apply(run, *cached) if rows_backward_first and torch.is_grad_enabled() else run(cached)
@@ -206,10 +207,11 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     return tail
 
 
-def _padded(keep: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+def _padded(keep: torch.Tensor, repeat: bool) -> torch.Tensor:
     """`keep`, with its last position repeated up to a `shape_step` multiple where the pass's shapes must repeat
-    (`_repeating_shapes`): the vocabulary projection then meets few shapes; the repeats' logits are dropped."""
-    if not _repeating_shapes(input_ids) or keep.numel() == 0:
+    (`repeat`, from `_repeating_shapes`): the vocabulary projection then meets few shapes; the repeats' logits are
+    dropped."""
+    if not repeat or keep.numel() == 0:
         return keep
     return torch.cat([keep, keep[-1:].expand(_round_up(keep.numel()) - keep.numel())])
 

@@ -164,7 +164,6 @@ def test_under_bf16_autocast_on_a_cpu_a_pass_meets_repeating_shapes_with_the_sam
     try:
         for repeat in (False, True):
             monkeypatch.setattr(logprobs, "_repeating_shapes", lambda ids, on=repeat: on)
-            seen["widths"].clear(), seen["projected"].clear()
             model.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 values, entropy = token_logprobs(model, ids, attention, score, return_entropy=True, share_prefix=share)

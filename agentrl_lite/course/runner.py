@@ -27,7 +27,6 @@ from typing import Any
 
 import nbformat
 import papermill
-import torch
 from papermill.exceptions import PapermillExecutionError
 from papermill.execute import ERROR_MARKER_TAG
 from tqdm.auto import tqdm
@@ -545,9 +544,9 @@ def write_runs_summary(run_dir: Path, profile: str, command: str, runs: list[Not
 def _bf16_machine() -> bool:
     """Whether this machine multiplies bf16 natively, so that the lessons' "auto" choices train under bf16 autocast
     and sample with a bf16 copy (`models.bf16_is_fast`): its runtimes and peaks are not an fp32 machine's."""
-    from agentrl_lite.models import bf16_is_fast
+    from agentrl_lite.models import bf16_is_fast, resolve_device
 
-    return bf16_is_fast("cuda" if torch.cuda.is_available() else "cpu")
+    return bf16_is_fast(resolve_device())
 
 
 def _run_name(run_dir: str | Path) -> str:

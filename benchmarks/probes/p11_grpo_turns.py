@@ -120,19 +120,21 @@ def main() -> None:
                          max_turns=1, max_new_tokens=MANAGER_TOKENS, micro_batch_tokens=2048, micro_batch_size=4,
                          scale_rewards="none")
     trainer = GRPOTrainer(model, tokenizer, env, practice, [manager_reward], config)
-    start, drawn = time.perf_counter(), Counter()
+    drawn, draw = Counter(), trainer.next_tasks
+
+    def recorded(n: int) -> list[dict]:  # the events GRPO practised on, as the trainer draws them
+        tasks = draw(n)
+        drawn.update(t["event"] for t in tasks)
+        return tasks
+
+    trainer.next_tasks = recorded
+    start = time.perf_counter()
     for until in range(args.eval_every, args.steps + args.eval_every, args.eval_every):
         trainer.train(min(until, args.steps))
         evaluations[trainer.step_count] = read_operations(model, tokenizer, env, val_tasks)
         print(f"step {trainer.step_count}", {k: v for k, v in evaluations[trainer.step_count].items() if k != "each"},
               flush=True)
     grpo_seconds = time.perf_counter() - start - sum(e["seconds"] for s, e in evaluations.items() if s)
-    # the events GRPO practised on: the trainer's order is seeded, so the same draw again
-    rng, order = random.Random(args.seed), []
-    for _ in range(args.steps * args.prompts):
-        if not order:
-            order = rng.sample(range(len(practice)), len(practice))
-        drawn[practice[order.pop()]["event"]] += 1
     keep = ("step", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "entropy", "grad_norm",
             "step_time")
     first, last = evaluations[0]["each"], evaluations[max(evaluations)]["each"]
