@@ -37,6 +37,14 @@ def cache_root() -> Path:
 # chose a place (the directory is torch's to create).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "torchinductor"))
 
+# Under bf16 on a CPU every new matrix shape compiles a oneDNN kernel, kept in two caches: oneDNN's own (1024
+# kernels by default) and that of PyTorch's oneDNN wrapper, ideep (LRU_CACHE_CAPACITY, 1024). RL passes change
+# width with every batch, so both fill: about 17 MB a shape, over a gigabyte in one lesson
+# (benchmarks/probes/onednn_shapes.py). Small caps keep the memory flat. Both libraries read these variables
+# when they first build a kernel, so setting them here works even after torch was imported.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "32")
+os.environ.setdefault("LRU_CACHE_CAPACITY", "16")
+
 from agentrl_lite.course.profiles import resolve_profile, seed_everything  # noqa: E402
 from agentrl_lite.course.results import write_results  # noqa: E402
 
