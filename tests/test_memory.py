@@ -29,6 +29,7 @@ from agentrl_lite.tasks.memory import (
     answer_score,
     answer_tasks,
     append_only,
+    cold_start_conversations,
     constant_memory_reward,
     constant_memory_tasks,
     demonstration,
@@ -245,6 +246,23 @@ def test_the_demonstration_scores_correct_and_runs_cleanly(tasks, dialogues):
         _, observations = toolbox.run(reply)
         assert not observations[0].startswith("Error:"), observations
     assert env.prompt(tasks[0])[1]["content"] == demonstration(tasks[0])[0]["content"]
+
+
+@pytest.mark.parametrize("note", [False, True])
+def test_cold_start_conversations_show_every_task_and_each_operation_a_fifth(tasks, note):
+    env = MemoryManagerEnv(note=note)
+    conversations, counts = cold_start_conversations(env, tasks, seed=3, min_share=0.2)
+    assert len(conversations) == sum(counts.values())
+    ideal = Counter(t["ideal"]["op"] for t in tasks)
+    assert ideal["DELETE"] < 0.2 * len(tasks)  # the case the resampling exists for
+    for op in OPS:  # every task kept; rarer operations repeated up to the floor, none beyond it
+        assert counts[op] == max(ideal[op], int(0.2 * len(tasks)))
+    wanted = Counter(json.dumps(env.prompt(t) + demonstration(t, note=note)[1:]) for t in tasks)
+    shown = Counter(json.dumps(c) for c in conversations)
+    assert not wanted - shown
+    assert conversations[0][0]["content"] == env.prompt(tasks[0])[0]["content"]  # the env's own system prompt
+    assert cold_start_conversations(env, tasks, seed=3)[0] == conversations
+    assert cold_start_conversations(env, tasks, seed=4)[0] != conversations
 
 
 def test_the_note_names_the_memory_the_ideal_operation_reads(tasks):

@@ -41,7 +41,12 @@ from agentrl_lite.models import load_policy
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
-from agentrl_lite.tasks.memory import MemoryManagerEnv, demonstration, manager_reward, manager_tasks
+from agentrl_lite.tasks.memory import (
+    MemoryManagerEnv,
+    cold_start_conversations,
+    manager_reward,
+    manager_tasks,
+)
 
 MIN_SHARE = 0.2  # the notebook's: every operation at least a fifth of the demonstrations
 LESSON_CHOICE = ("change", "correct", "retract", "repeat")
@@ -51,14 +56,7 @@ MANAGER_TOKENS = 64  # the notebook's
 
 def cold_start(model, tokenizer, env, train_tasks, steps: int, seed: int) -> tuple[list[float], float]:
     """The notebook's cold start: every training turn, rarer operations resampled to a fifth each, 8 per step."""
-    by_op = defaultdict(list)
-    for t in train_tasks:
-        by_op[t["ideal"]["op"]].append(t)
-    rng = random.Random(seed)
-    shown = list(train_tasks) + [t for ts in by_op.values()
-                                 for t in rng.choices(ts, k=max(0, int(MIN_SHARE * len(train_tasks)) - len(ts)))]
-    conversations = [env.prompt(t) + demonstration(t)[1:] for t in shown]
-    rng.shuffle(conversations)
+    conversations, _ = cold_start_conversations(env, train_tasks, seed=seed, min_share=MIN_SHARE)
     start = time.perf_counter()
     losses = sft(model, tokenizer, conversations, env.toolbox_for(train_tasks[0]).schemas,
                  SFTConfig(steps=steps, batch_size=8, lr=1e-4, bf16="auto", seed=seed, micro_batch_tokens=2048))

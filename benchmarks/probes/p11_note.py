@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import random
 import resource
 import time
 from collections import Counter, defaultdict
@@ -30,7 +29,7 @@ from agentrl_lite.models import load_policy
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
-from agentrl_lite.tasks.memory import MemoryManagerEnv, demonstration, manager_note, manager_tasks
+from agentrl_lite.tasks.memory import MemoryManagerEnv, cold_start_conversations, manager_note, manager_tasks
 
 MIN_SHARE = 0.2  # the notebook's: every operation at least a fifth of the demonstrations
 
@@ -46,14 +45,7 @@ def main() -> None:
     train_tasks = manager_tasks(read_jsonl(DATA_DIR / "memory_train.jsonl"))
     val_tasks = manager_tasks(read_jsonl(DATA_DIR / "memory_validation.jsonl"))
     env = MemoryManagerEnv(note=args.note)
-    by_op = defaultdict(list)
-    for t in train_tasks:
-        by_op[t["ideal"]["op"]].append(t)
-    rng = random.Random(args.seed)
-    shown = list(train_tasks) + [t for ts in by_op.values()
-                                 for t in rng.choices(ts, k=max(0, int(MIN_SHARE * len(train_tasks)) - len(ts)))]
-    conversations = [env.prompt(t) + demonstration(t, note=args.note)[1:] for t in shown]
-    rng.shuffle(conversations)
+    conversations, _ = cold_start_conversations(env, train_tasks, seed=args.seed, min_share=MIN_SHARE)
     model, tokenizer = load_policy(None)
     start = time.perf_counter()
     losses = sft(model, tokenizer, conversations, env.toolbox_for(train_tasks[0]).schemas,
@@ -75,7 +67,7 @@ def main() -> None:
            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "sft_steps": args.sft_steps, "sft_seconds": round(sft_seconds, 1),
            "eval_seconds": round(time.perf_counter() - start, 1), "losses": [round(x, 4) for x in losses],
-           "demonstrations": len(shown), "turns": len(val_tasks), "correct": report.accuracy,
+           "demonstrations": len(conversations), "turns": len(val_tasks), "correct": report.accuracy,
            "by_event": report.by_label(), "chosen_by_ideal": {k: dict(v) for k, v in chosen.items()},
            "note_right_by_event": {f"{e}, {'right' if ok else 'wrong'}": n for (e, ok), n in sorted(notes.items())},
            "examples": [ep.model_turns[0].content for ep in report.episodes[:12]],
