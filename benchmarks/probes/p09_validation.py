@@ -70,6 +70,42 @@ class StratifiedTrainer(GRPOTrainer):
         return out
 
 
+def template(q: dict) -> str:
+    """A question's template: its entity replaced by X (a comparison's up to its comma)."""
+    return q["question"].replace(q["anchor"], "X").split(",")[0]
+
+
+class TemplateStratifiedTrainer(StratifiedTrainer):
+    """StratifiedTrainer whose kinds also take their templates in turn ("Who founded X?", "In which town was X
+    born?", ...), each template's questions in their own seeded random order: eight single-hop prompts then cover
+    the seven single-hop templates, where drawing from the kind left three of them undrawn in eight steps
+    (results/notes/09_agentic_search.md, item 20)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.by_template = {k: {} for k in self.kinds}
+        for k, tasks in self.by_kind.items():
+            for t in tasks:
+                self.by_template[k].setdefault(template(t), []).append(t)
+        self.template_turn = dict.fromkeys(self.kinds, 0)
+        self.template_queues: dict[tuple[str, str], list[dict]] = {}
+
+    def next_tasks(self, n: int) -> list[dict]:
+        out = []
+        for _ in range(n):
+            kind = self.kinds[self.turn % len(self.kinds)]
+            self.turn += 1
+            names = sorted(self.by_template[kind])
+            name = names[self.template_turn[kind] % len(names)]
+            self.template_turn[kind] += 1
+            queue = self.template_queues.setdefault((kind, name), [])
+            if not queue:
+                pool = self.by_template[kind][name]
+                queue.extend(self.task_rng.sample(pool, len(pool)))
+            out.append(queue.pop())
+        return out
+
+
 class AnchoredTrainer(StratifiedTrainer):
     """StratifiedTrainer whose every update also follows the demonstrations: before the gradient is clipped, it adds
     `anchor` × the mean negative log-likelihood of `anchor_batch` cold-start demonstrations (drawn from the RL kinds
@@ -202,6 +238,8 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model turn (sampling and evaluation)")
     p.add_argument("--stratified", action="store_true", help="each GRPO step draws its prompts from the RL kinds in "
                    "turn (one per kind, round robin), not from the pooled questions: every update sees every kind")
+    p.add_argument("--by-template", action="store_true", help="with --stratified: each kind also takes its question "
+                   "templates in turn (TemplateStratifiedTrainer)")
     p.add_argument("--train-top", type=int, default=0, help="train only the top N decoder layers, embeddings "
                    "frozen (models.train_top_layers); 0 trains everything")
     p.add_argument("--train-top-in", choices=("both", "grpo"), default="both", help="the phases --train-top applies "
@@ -282,6 +320,7 @@ def main() -> None:
                  "demonstrations_by_kind": dict(collections.Counter(d["kind"] for d in demos)),
                  "demonstrations_cite_evidence": all("\n<answer>" in d["messages"][-1]["content"] for d in demos),
                  "rl_tasks_by_kind": dict(collections.Counter(q["kind"] for q in train)),
+                 "rl_tasks_by_template": dict(collections.Counter(f"{q['kind']}: {template(q)}" for q in train)),
                  "parameters": trainable}
     t = time.perf_counter()
     if args.sft_cache and Path(args.sft_cache).exists():
@@ -310,6 +349,10 @@ def main() -> None:
                              loss=LossConfig(beta=args.beta))
         config = replace(config, rollout=replace(config.rollout, temperature=args.temperature))
         trainer_class = StratifiedTrainer if args.stratified else GRPOTrainer
+        if args.by_template:
+            if not args.stratified or args.anchor:
+                raise SystemExit("--by-template needs --stratified and no --anchor")
+            trainer_class = TemplateStratifiedTrainer
         extra = {}
         if args.anchor:
             if not args.stratified:
