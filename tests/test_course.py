@@ -324,6 +324,56 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
     assert metrics["total_seconds"] == pytest.approx(100.0 + 900.0 + 50.0)
 
 
+def test_a_lesson_measured_on_both_kinds_of_machine_keeps_a_row_of_each(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bf16 machine runs a lesson 2-3x faster than one without: its row must not hide the slower one."""
+    import json
+
+    from agentrl_lite.course.readme import render_course_cpu
+    from agentrl_lite.course.runner import BUDGET_S, record_course_run
+
+    monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
+
+    def run(name: str, seconds: float, bf16: bool, peak: float) -> Path:
+        run_dir = tmp_path / "runs" / name
+        run_dir.mkdir(parents=True)
+        (run_dir / "runs.json").write_text(json.dumps({
+            "profile": "cpu", "command": f"run {name}", "device": f"Xeon {'AMX' if bf16 else 'plain'} (2 cores)",
+            "bf16": bf16, "notebooks": [{"notebook": "09_s.ipynb", "status": "ok", "seconds": seconds,
+                                         "peak_rss_mb": peak}]}))
+        return run_dir
+
+    slow, fast = run("a", BUDGET_S["cpu"] * 2, False, 3600.0), run("b", BUDGET_S["cpu"] / 2, True, 3800.0)
+    metrics = json.loads(record_course_run(slow, fast).read_text())["metrics"]
+    row = metrics["notebooks"]["09_s.ipynb"]
+    assert row["run_dir"] == "b" and row["other_machine"]["run_dir"] == "a" and row["other_machine"]["bf16"] is False
+    assert "other_machine" not in row["other_machine"]
+    assert metrics["over_budget"] == ["09_s.ipynb"], "over on the machine without bf16"
+    assert metrics["total_seconds"] == BUDGET_S["cpu"] / 2
+    assert metrics["total_seconds_slower_machine"] == BUDGET_S["cpu"] * 2
+    # a later run on the same kind replaces that kind's row and keeps the other
+    again = run("c", BUDGET_S["cpu"] / 3, True, 3700.0)
+    row = json.loads(record_course_run(slow, fast, again).read_text())["metrics"]["notebooks"]["09_s.ipynb"]
+    assert row["run_dir"] == "c" and row["other_machine"]["run_dir"] == "a"
+    # ... and a run on the other kind again swaps them
+    row = json.loads(record_course_run(slow, fast, again, run("d", 1000.0, False, 3500.0)).read_text()
+                     )["metrics"]["notebooks"]["09_s.ipynb"]
+    assert (row["run_dir"], row["other_machine"]["run_dir"]) == ("d", "c")
+    # a row that does not say whether its machine ran bf16 replaces without keeping anything
+    old = tmp_path / "runs" / "e"
+    old.mkdir()
+    (old / "runs.json").write_text(json.dumps({"profile": "cpu", "command": "e", "notebooks": [
+        {"notebook": "09_s.ipynb", "status": "ok", "seconds": 10.0}]}))
+    assert "other_machine" not in json.loads(record_course_run(slow, old).read_text())["metrics"]["notebooks"]["09_s.ipynb"]
+
+    results = json.loads(record_course_run(slow, fast).read_text())
+    text = render_course_cpu(results)
+    assert "| 09_s | 10.0 min | yes | 3.7 GB | Xeon AMX (2 cores), bf16 | `runs/b` |" in text
+    assert "| 09_s | 40.0 min | **no** | 3.5 GB | Xeon plain (2 cores), fp32 | `runs/a` |" in text
+    assert "| **all lessons** | **10 min** (each lesson on its slower machine: 40 min) |" in text
+    assert "heaviest is 09_s at 3.7 GB" in text, "the heavier of the two rows"
+
+
 def test_readme_marks_a_lesson_done_only_by_its_written_rule():
     """README's status rule: ✅ needs no learning claim (00, 02) or a claim measured over ≥3 seeds."""
     import re

@@ -89,14 +89,18 @@ def render_course_cpu(results: dict) -> str:
     devices = list(dict.fromkeys(n.get("device", results["device"]) for n in m["notebooks"].values()))
     lines = [f"Command: `{results['command']}`, {results['date'][:10]}.", "",
              "| lesson | cpu runtime | within the budget | peak memory | machine | run |", "|---|---:|:---:|---:|---|---|"]
-    for name, n in m["notebooks"].items():
-        ok = "yes" if n["status"] == "ok" and n["seconds"] <= m["budget_seconds_per_notebook"] else "**no**"
-        memory = f"{n['peak_rss_mb'] / 1024:.1f} GB" if n.get("peak_rss_mb") else "not measured"
-        machine = _short_device(n.get("device", results["device"])) + {True: ", bf16", False: ", fp32"}.get(n.get("bf16"), "")
-        mark = " (contended)" if n.get("contended") else ""
-        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min{mark} | {ok} | {memory} | {machine} | "
-                     f"`runs/{n['run_dir']}` |")
-    lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min** | | | | |")
+    for name, latest in m["notebooks"].items():
+        for n in [latest, *([latest["other_machine"]] if "other_machine" in latest else [])]:
+            ok = "yes" if n["status"] == "ok" and n["seconds"] <= m["budget_seconds_per_notebook"] else "**no**"
+            memory = f"{n['peak_rss_mb'] / 1024:.1f} GB" if n.get("peak_rss_mb") else "not measured"
+            machine = _short_device(n.get("device", results["device"])) + {True: ", bf16", False: ", fp32"}.get(n.get("bf16"), "")
+            mark = " (contended)" if n.get("contended") else ""
+            lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min{mark} | {ok} | {memory} | "
+                         f"{machine} | `runs/{n['run_dir']}` |")
+    slower = m.get("total_seconds_slower_machine", m["total_seconds"])
+    both = (f" (each lesson on its slower machine: {slower / 60:.0f} min)"
+            if round(slower / 60) != round(m["total_seconds"] / 60) else "")
+    lines.append(f"| **all lessons** | **{m['total_seconds'] / 60:.0f} min**{both} | | | | |")
     contended = {name.removesuffix(".ipynb"): n["contended"] for name, n in m["notebooks"].items() if n.get("contended")}
     if contended:
         lines += ["", "Contended runs (their runtime is too long): "
@@ -106,7 +110,11 @@ def render_course_cpu(results: dict) -> str:
                   "different machines do not compare. A machine with bf16 instructions trains under bf16 autocast and "
                   "samples with a bf16 copy; one without runs every lesson in fp32 (`results/bench_bf16.json`), "
                   "slower and with other memory peaks."]
-    return "\n".join(lines + ["", memory_statement(m["notebooks"])])
+    if any("other_machine" in n for n in m["notebooks"].values()):
+        lines += ["", "A lesson with two rows was measured on a machine of each kind; the newer run is first."]
+    peaks = {name: max((r for r in (n, n.get("other_machine") or {}) if r.get("peak_rss_mb")),
+                       key=lambda r: r["peak_rss_mb"], default=n) for name, n in m["notebooks"].items()}
+    return "\n".join(lines + ["", memory_statement(peaks)])
 
 
 def _short_device(device: str) -> str:
