@@ -13,11 +13,14 @@ Practice (`--practice`):
 - `lesson`: the notebook's turns (change, correct, retract and repeat, and as many others drawn at random);
 - `choice`: change, correct and repeat turns, and as many `state` turns (a new fact: ADD), the two sides of the
   decision the cold start gets wrong.
+- `events`: choice's turns, each step drawing the four events in turn (a fourth of the prompts each), so that
+  the `state` turns, half of choice's pool, do not set the direction alone.
 
-One run per invocation, appended to results/11_probe_grpo_turns.json (not run yet: written on 2026-11-29, when the
-session's machine time went to lesson 05's memory on a bf16 machine; about 40 minutes per run on a 2-core CPU):
+One run per invocation, appended to results/11_probe_grpo_turns.json (item 11 of the notes: both mixes drove the
+manager to ADD everywhere; about 15 minutes per run with the cold start cached, on a 2-core CPU with bf16):
 
-    python benchmarks/probes/p11_grpo_turns.py --seed 1 --practice choice --sft-cache /tmp/sft_s1.pt
+    python benchmarks/probes/p11_grpo_turns.py --seed 1 --practice choice --sft-cache /work/sft/p11_s1.pt
+    python benchmarks/probes/p11_grpo_turns.py --seed 1 --practice events --sft-cache /work/sft/p11_s1.pt
 """
 
 from __future__ import annotations
@@ -72,6 +75,27 @@ def practice_turns(train_tasks: list[dict], mode: str, seed: int) -> list[dict]:
     return turns + rng.sample([t for t in train_tasks if t["event"] == "state"], len(turns))
 
 
+def by_event(turns: list[dict], rng: random.Random):
+    """A draw of n tasks that takes the events in turn (change, correct, repeat, state, change, ...), each event's
+    turns in their own seeded random order, epoch after epoch."""
+    pools = {e: [t for t in turns if t["event"] == e] for e in (*DECISION, "state")}
+    queues: dict[str, list[dict]] = {e: [] for e in pools}
+    order = list(pools)
+    count = [0]
+
+    def draw(n: int) -> list[dict]:
+        out = []
+        for _ in range(n):
+            event = order[count[0] % len(order)]
+            count[0] += 1
+            if not queues[event]:
+                queues[event] = rng.sample(pools[event], len(pools[event]))
+            out.append(queues[event].pop())
+        return out
+
+    return draw
+
+
 def read_operations(model, tokenizer, env, tasks: list[dict]) -> dict:
     """Every turn teacher-forced, greedy: share right per event and the chosen operation per ideal one."""
     start = time.perf_counter()
@@ -90,7 +114,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--sft-steps", type=int, default=16, help="the cpu profile's")
-    p.add_argument("--practice", choices=("lesson", "choice"), default="choice")
+    p.add_argument("--practice", choices=("lesson", "choice", "events"), default="choice",
+                   help="events: choice's turns, each step drawing change, correct, repeat and state turns in turn")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=4)
@@ -119,6 +144,8 @@ def main() -> None:
                          scale_rewards="none")
     trainer = GRPOTrainer(model, tokenizer, env, practice, [manager_reward], config)
     drawn, draw = Counter(), trainer.next_tasks
+    if args.practice == "events":
+        draw = by_event(practice, trainer.task_rng)
 
     def recorded(n: int) -> list[dict]:  # the events GRPO practised on, as the trainer draws them
         tasks = draw(n)
