@@ -742,9 +742,9 @@ def cold_start_conversations(env: MemoryManagerEnv, tasks: list[dict[str, Any]],
     """The manager's cold-start data: every task's prompt and ideal call, with the rarer operations' tasks drawn
     again (with replacement) until each operation is at least `min_share` of the tasks' count, then shuffled.
 
-    Retractions are about 1% of the turns and changes 6%: in proportion, a few hundred demonstrations show a
-    handful, and the cold start never learns DELETE (results/notes/11_memory_agents.md, run 1). Returns the
-    conversations and how many demonstrations show each operation."""
+    DELETE is about 7% of the training turns and UPDATE 10%: in proportion, the cpu profile's 128 demonstrations
+    show about eight retractions, and that cold start never chose DELETE (results/notes/11_memory_agents.md, run 1).
+    Returns the conversations and how many demonstrations show each operation."""
     by_op: dict[str, list[dict[str, Any]]] = {}
     for t in tasks:
         by_op.setdefault(t["ideal"]["op"], []).append(t)
