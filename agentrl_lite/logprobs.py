@@ -31,36 +31,6 @@ PREFIX_MIN_TOKENS = 16
 """a shared prefix shorter than this is run with the rest (a separate pass would not pay for itself)"""
 
 
-REPEAT_SHAPES = False
-"""pad passes under bf16 autocast on a CPU to repeating shapes (`_repeating_shapes`). Off: one lesson-05 run with it
-on peaked 4804 MB against 5307 MB without, on the same machine but not in one controlled A/B, and the machine's
-speed moved between the runs (results/notes/05_rl_for_tool_calls.md, 2026-11-29); `p05_train_memory.py` compares
-both in one session"""
-
-
-def shape_step(n: int) -> int:
-    """The step a width of `n` tokens is rounded up to where a pass's shapes must repeat (`_repeating_shapes`):
-    8 tokens up to 64, 16 up to 128, 32 beyond, so short rows gain little padding and long ones few shapes."""
-    return 8 if n <= 64 else 16 if n <= 128 else 32
-
-
-def _round_up(n: int) -> int:
-    step = shape_step(n)
-    return -(-n // step) * step
-
-
-def _repeating_shapes(input_ids: torch.Tensor) -> bool:
-    """Whether this pass pads to repeating shapes: `REPEAT_SHAPES` is on and the pass runs under bf16 autocast on a CPU
-    (training where bf16 is fast, `models.use_bf16`). There oneDNN
-    compiles a kernel for every matrix shape and keeps it (up to 1024 of them): a loss pass at every width a batch
-    happens to have held over a gigabyte of them in lesson 05's bf16 training (results/notes/05_rl_for_tool_calls.md),
-    so such a pass pads its rows' width and its projected positions to `shape_step` multiples. Elsewhere (fp32,
-    CUDA) it runs exact widths."""
-    if not REPEAT_SHAPES or input_ids.device.type != "cpu":
-        return False
-    return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
-
-
 def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, first_scored: int) -> int:
     """How many leading tokens every row has in common (all real tokens), at most `first_scored`: the prefix never
     contains a scored token, though its last position may predict one."""
@@ -172,18 +142,10 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     activations in the backward pass (`checkpointed_layers`)."""
     rows = input_ids.shape[0]
     prefix = shared_prefix_length(input_ids, attention_mask, int(keep[0]) + 1) if share_prefix and rows > 1 else 0
-    if prefix < PREFIX_MIN_TOKENS:
-        prefix = 0
     recompute = (lambda: checkpointed_layers(model)) if checkpoint else contextlib.nullcontext  # a fresh one per pass
-    repeat = _repeating_shapes(input_ids)
-    if repeat and (extra := _round_up(input_ids.shape[1] - prefix) - (input_ids.shape[1] - prefix)):
-        # padding columns on the right, masked: causal attention keeps them from changing any real position
-        input_ids = torch.nn.functional.pad(input_ids, (0, extra))
-        attention_mask = torch.nn.functional.pad(attention_mask, (0, extra))
-    if not prefix:
+    if prefix < PREFIX_MIN_TOKENS:
         with recompute():
-            return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=_padded(keep, repeat),
-                         use_cache=False).logits[:, :len(keep)]
+            return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep, use_cache=False).logits
     recorder = Cache(layers=[_PrefixRecorder() for _ in decoder_layers(model)])
     with recompute():
         head = model(input_ids=input_ids[:1, :prefix], past_key_values=recorder, use_cache=True, logits_to_keep=1)
@@ -197,23 +159,13 @@ def _logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
                               for keys, values in zip(cached[::2], cached[1::2], strict=True)])
         with recompute():
             return model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True,
-                         logits_to_keep=_padded(tail_keep, repeat)).logits[:, :len(tail_keep)]
+                         past_key_values=cache, use_cache=True, logits_to_keep=tail_keep).logits
 
     cached = [t for layer in recorder.layers for t in (layer.keys, layer.values)]
     tail = _RowsPass.apply(run, *cached) if rows_backward_first and torch.is_grad_enabled() else run(cached)
     if keep[0] == prefix - 1:  # the prefix's last position predicts the first scored token
         return torch.cat([head.logits.expand(rows, -1, -1), tail], dim=1)
     return tail
-
-
-def _padded(keep: torch.Tensor, repeat: bool) -> torch.Tensor:
-    """`keep`, with its last position repeated up to a `shape_step` multiple where the pass's shapes must repeat
-    (`repeat`, from `_repeating_shapes`): the vocabulary projection then meets few shapes; the repeats' logits are
-    dropped."""
-    if not repeat or keep.numel() == 0:
-        return keep
-    return torch.cat([keep, keep[-1:].expand(_round_up(keep.numel()) - keep.numel())])
 
 
 def token_logprobs(

@@ -13,11 +13,9 @@ run at every width (SHAPE_STEP 1), and the sampler keeps its weights during the 
 The committed results train_memory_{old_shapes,rows4,rows2}.json ran at commit c53c011, when loss passes also
 ran in steps of 32 tokens (`logprobs.SHAPE_STEP`, the prefix rounded down too); that padding was taken out after (it
 slowed lessons whose rows are short, results/notes/05_rl_for_tool_calls.md). Check that commit out to reproduce them.
-Since 2026-11-29 a pass under bf16 autocast on a CPU can pad again, by steps relative to the width and with an exact
-prefix (`logprobs.REPEAT_SHAPES`, off by default); the A/B, on a machine with bf16 instructions:
-
-    python benchmarks/probes/p05_train_memory.py --grpo-steps 5 --relative-steps --out results/notes/05_probes/train_memory_relative_steps.json
-    python benchmarks/probes/p05_train_memory.py --grpo-steps 5 --out results/notes/05_probes/train_memory_exact_widths.json
+On 2026-11-29 a pass under bf16 autocast on a CPU could pad again, by steps relative to the width
+(`logprobs.REPEAT_SHAPES`, `--relative-steps` here, commit 83127dd); it was taken out once capping oneDNN's and
+ideep's kernel caches (agentrl_lite/__init__.py) made a new shape cost no memory.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ from pathlib import Path
 from p09_step_time import rss_mb  # resident memory, as the other probes read it
 
 import agentrl_lite.engine as engine
-import agentrl_lite.logprobs as logprobs
 from agentrl_lite import seed_everything
 from agentrl_lite.course.presets import grpo_preset
 from agentrl_lite.course.results import current_command, device_name
@@ -64,15 +61,12 @@ def main() -> None:
     parser.add_argument("--grpo-steps", type=int, default=3)
     parser.add_argument("--micro-batch-size", type=int, default=4, help="lesson 05 passes 4 rows")
     parser.add_argument("--old-shapes", action="store_true")
-    parser.add_argument("--relative-steps", action="store_true",
-                        help="loss passes under bf16 autocast padded to `logprobs.shape_step` (logprobs.REPEAT_SHAPES)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/notes/05_probes/train_memory.json")
     args = parser.parse_args()
     if args.old_shapes:
         engine.KEY_SPAN_STEP = 1
         GRPOTrainer._park_sampler = lambda self: None
-    logprobs.REPEAT_SHAPES = args.relative_steps and not args.old_shapes
     began = time.perf_counter()
     peak = Peak()
     seed_everything(args.seed)
@@ -101,7 +95,7 @@ def main() -> None:
     print("GRPO", grpo_row, flush=True)
     out = {"command": current_command(), "device": device_name(), "bf16_is_fast": bf16_is_fast("cpu"),
            "seed": args.seed, "profile": "cpu", "micro_batch_size": args.micro_batch_size,
-           "old_shapes": args.old_shapes, "relative_steps": logprobs.REPEAT_SHAPES,
+           "old_shapes": args.old_shapes,
            "key_span_step": engine.KEY_SPAN_STEP,
            "sft": sft_row, "grpo": grpo_row, "seconds": round(time.perf_counter() - began, 1),
            "contended": False}
