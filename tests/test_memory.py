@@ -16,6 +16,7 @@ from agentrl_lite.rewards import normalize_answer
 from agentrl_lite.tasks.memory import (
     FORMAT_WEIGHT,
     KINDS,
+    MARK,
     OPS,
     SIZE_PENALTY,
     SPLITS,
@@ -287,6 +288,28 @@ def test_the_note_names_the_memory_the_ideal_operation_reads(tasks):
         assert reply.split("\n", 1)[0] == manager_note(task)
         assert env.score(task, _episode(reply))["correct"] == 1.0, reply
     assert "Fact:" in env.prompt(tasks[0])[0]["content"] and "Fact:" not in MemoryManagerEnv().prompt(tasks[0])[0]["content"]
+
+
+def test_the_mark_shows_the_memory_of_the_same_person_and_attribute(tasks):
+    """With mark=True the related memory that an update, a deletion or a repeat is about ends in the mark, and no
+    memory is marked for a new fact or small talk: ADD against UPDATE is then read off the prompt."""
+    env, seen = MemoryManagerEnv(mark=True), Counter()
+    for task in tasks:
+        lines = env.prompt(task)[1]["content"].split("\n\nNew message")[0].splitlines()[1:]
+        marked = [int(line[1:line.index("]")]) for line in lines if line.endswith(MARK)]
+        event = task["event"]
+        seen[event] += 1
+        if event in ("chat", "state"):
+            assert marked == [], (task["text"], lines)
+        elif event == "repeat":
+            assert len(marked) == 1, (task["text"], lines)
+        else:
+            assert marked == [task["ideal"]["target"]], (task["text"], lines)
+    assert set(seen) == {"chat", "state", "repeat", "change", "correct", "retract"}
+    assert MARK.strip() in env.prompt(tasks[0])[0]["content"]
+    assert MARK not in "".join(m["content"] for t in tasks for m in MemoryManagerEnv().prompt(t))
+    with pytest.raises(ValueError, match="note or mark"):
+        MemoryManagerEnv(note=True, mark=True)
 
 
 def test_wrong_operations_score_incorrect(tasks):

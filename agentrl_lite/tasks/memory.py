@@ -681,11 +681,22 @@ def manager_reward(prompts: list[Any], completions: list[Any], bank: list[dict] 
             for b, p, n, c in zip(bank, probes, ideal_size, completions, strict=True)]
 
 
-def _user_message(task: dict[str, Any]) -> str:
-    related = "\n".join(f"[{m['id']}] {m['content']}" for m in task["related"]) or "(none)"
+MARK = " <- same fact"
+"""what `MemoryManagerEnv(mark=True)` appends to the related memory that holds the message's person and attribute"""
+
+
+def _user_message(task: dict[str, Any], mark: bool = False) -> str:
+    marked = stored_memory(task) if mark else None
+    related = "\n".join(f"[{m['id']}] {m['content']}{MARK if m['id'] == marked else ''}"
+                        for m in task["related"]) or "(none)"
     return f"Related memories:\n{related}\n\nNew message (session {task['session']}): {task['text']}"
 
 
+MARK_PROMPT = MANAGER_PROMPT + (
+    f" A related memory ending in \"{MARK.strip()}\" is about the same person and the same attribute as the "
+    "message; no mark means no memory holds that attribute yet."
+)
+"""the manager's prompt when the memory of the message's (person, attribute) is marked (`MemoryManagerEnv(mark=True)`)"""
 NOTE_PROMPT = MANAGER_PROMPT + (
     " Before the call write one line: \"Fact: <whose what>. Memory: <[id] of the memory that holds it, or "
     "none>.\", or \"Fact: none.\" for small talk."
@@ -764,14 +775,20 @@ class MemoryManagerEnv:
 
     note: the prompt asks for a `manager_note` line before the call (the fact the message is about, the memory that
     holds it), meant to turn the operation into a reading of what the manager has just written. Measured on the
-    cold start, it did not: each seed's prior moved into the note (results/notes/11_memory_agents.md, item 10)."""
+    cold start, it did not: each seed's prior moved into the note (results/notes/11_memory_agents.md, item 10).
+    mark: the related memory that holds the message's person and attribute ends in `MARK` (what a store keyed by
+    person and attribute would show), so that whether the fact is stored is read off the prompt; the manager still
+    decides between a new value, a repeat, a correction, a retraction and small talk, and writes the memory."""
 
-    def __init__(self, note: bool = False) -> None:
+    def __init__(self, note: bool = False, mark: bool = False) -> None:
+        if note and mark:
+            raise ValueError("MemoryManagerEnv takes note or mark, not both")
         self.note = note
+        self.mark = mark
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
-        return [{"role": "system", "content": NOTE_PROMPT if self.note else MANAGER_PROMPT},
-                {"role": "user", "content": _user_message(task)}]
+        system = NOTE_PROMPT if self.note else MARK_PROMPT if self.mark else MANAGER_PROMPT
+        return [{"role": "system", "content": system}, {"role": "user", "content": _user_message(task, self.mark)}]
 
     def toolbox_for(self, task: dict[str, Any]) -> Toolbox:
         """The four operations over a fresh copy of the task's bank."""

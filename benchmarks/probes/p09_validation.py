@@ -75,6 +75,24 @@ def template(q: dict) -> str:
     return q["question"].replace(q["anchor"], "X").split(",")[0]
 
 
+def first(questions: list[dict], n: int) -> list[dict]:
+    return questions[:n]
+
+
+def across_templates(questions: list[dict], n: int) -> list[dict]:
+    """Up to n questions, the templates taken in turn (each template's questions in file order) until n are taken
+    or every template is spent."""
+    queues: dict[str, list[dict]] = {}
+    for q in questions:
+        queues.setdefault(template(q), []).append(q)
+    taken: list[dict] = []
+    while len(taken) < min(n, len(questions)):
+        for name in sorted(queues):
+            if queues[name] and len(taken) < n:
+                taken.append(queues[name].pop(0))
+    return taken
+
+
 class TemplateStratifiedTrainer(StratifiedTrainer):
     """StratifiedTrainer whose kinds also take their templates in turn ("Who founded X?", "In which town was X
     born?", ...), each template's questions in their own seeded random order: eight single-hop prompts then cover
@@ -225,6 +243,9 @@ def main() -> None:
     p.add_argument("--per-kind", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balanced", action="store_true", help="RL on at most 144 training questions of each kind")
+    p.add_argument("--pool", choices=("first", "templates"), default="first", help="with --balanced: the first 144 "
+                   "of each kind, or 144 drawn from the kind's templates in turn (every template in the pool; item 21 "
+                   "found the first 144 single-hop questions hold three of seven templates)")
     p.add_argument("--sft-cache", default=None, help="load the cold-start weights from this file if it exists, "
                    "else train and save them there (the same SFT for several GRPO probes)")
     p.add_argument("--format-weight", type=float, default=0.0, help="weight of rewards.format_reward beside EM")
@@ -269,7 +290,8 @@ def main() -> None:
     tasks = [q for k in KINDS for q in (lambda pool: rng.sample(pool, min(args.per_kind, len(pool))))([q for q in validation if q["kind"] == k])]
     train = train_all = read_jsonl(DATA_DIR / "search_train.jsonl")
     if args.balanced:
-        train = [q for k in KINDS for q in [q for q in train if q["kind"] == k][:144]]
+        train = [q for k in KINDS for q in (across_templates if args.pool == "templates" else first)(
+            [q for q in train if q["kind"] == k], 144)]
     if args.rl_kinds:
         rl_kinds = set(args.rl_kinds.split(","))
         if rl_kinds - set(KINDS):

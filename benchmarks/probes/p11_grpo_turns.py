@@ -121,12 +121,14 @@ def main() -> None:
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-5, help="the notebook's")
     p.add_argument("--eval-every", type=int, default=6)
+    p.add_argument("--mark", action="store_true", help="MemoryManagerEnv(mark=True): the related memory of the "
+                   "message's person and attribute is marked in the prompt (item 12)")
     p.add_argument("--sft-cache", type=Path, help="load the cold start from this file, or save it there")
     args = p.parse_args()
     seed_everything(args.seed)
     train_tasks = manager_tasks(read_jsonl(DATA_DIR / "memory_train.jsonl"))
     val_tasks = manager_tasks(read_jsonl(DATA_DIR / "memory_validation.jsonl"))
-    env = MemoryManagerEnv()
+    env = MemoryManagerEnv(mark=args.mark)
     model, tokenizer = load_policy(None)
     if args.sft_cache and args.sft_cache.exists():
         model.load_state_dict(torch.load(args.sft_cache))
@@ -163,7 +165,7 @@ def main() -> None:
     keep = ("step", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "entropy", "grad_norm",
             "step_time")
     first, last = evaluations[0]["each"], evaluations[max(evaluations)]["each"]
-    row = {"command": current_command(), "seed": args.seed, "practice": args.practice,
+    row = {"command": current_command(), "seed": args.seed, "practice": args.practice, "mark": args.mark,
            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "sft_steps": args.sft_steps, "sft_seconds": sft_seconds and round(sft_seconds, 1),
            "sft_losses": [round(x, 4) for x in losses], "sft_cached": sft_seconds is None,
