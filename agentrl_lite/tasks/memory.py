@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl_lite.chat import ToolCall, format_tool_call
+from agentrl_lite.chat import ToolCall, format_tool_call, parse_tool_calls
 from agentrl_lite.episode import Episode
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.models import sampling_copy
@@ -683,6 +683,26 @@ def manager_reward(prompts: list[Any], completions: list[Any], bank: list[dict] 
 
 MARK = " <- same fact"
 """what `MemoryManagerEnv(mark=True)` appends to the related memory that holds the message's person and attribute"""
+
+
+def decision_right(ideal: dict[str, Any], text: str) -> bool:
+    """Whether the reply is exactly one call whose operation (and, for update and delete, memory id) is the ideal
+    one: the decision, whatever the content written."""
+    calls = parse_tool_calls(text).calls
+    if len(calls) != 1 or _TOOL_OPS.get(calls[0].name) != ideal["op"]:
+        return False
+    return ideal["op"] not in ("UPDATE", "DELETE") or calls[0].arguments.get("memory_id") == ideal["target"]
+
+
+def decision_reward(prompts: list[Any], completions: list[Any], ideal: list[dict] | None = None,
+                    **kwargs: Any) -> list[float]:
+    """A TRL-style reward for the manager's decision alone: 1.0 when `decision_right`, else 0.0; needs the task
+    column ideal. Beside `manager_reward` it gives partial credit to the right operation on the right memory
+    whose content the careful reader still rejects (an UPDATE of a change that drops the earlier value), which
+    `manager_reward` scores as low as a wrong operation (results/notes/11_memory_agents.md, item 13)."""
+    if ideal is None or len(ideal) != len(completions):
+        raise ValueError("decision_reward needs the per-sample column ideal of manager_tasks")
+    return [float(decision_right(i, completion_text(c))) for i, c in zip(ideal, completions, strict=True)]
 
 
 def _user_message(task: dict[str, Any], mark: bool = False) -> str:

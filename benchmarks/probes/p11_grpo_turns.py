@@ -47,6 +47,7 @@ from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tasks.memory import (
     MemoryManagerEnv,
     cold_start_conversations,
+    decision_reward,
     manager_reward,
     manager_tasks,
 )
@@ -121,6 +122,8 @@ def main() -> None:
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-5, help="the notebook's")
     p.add_argument("--eval-every", type=int, default=6)
+    p.add_argument("--decision-weight", type=float, default=0.0, help="weight of memory.decision_reward (the "
+                   "ideal operation and memory, whatever the content) beside manager_reward (item 13); 0 for none")
     p.add_argument("--mark", action="store_true", help="MemoryManagerEnv(mark=True): the related memory of the "
                    "message's person and attribute is marked in the prompt (item 12)")
     p.add_argument("--sft-cache", type=Path, help="load the cold start from this file, or save it there")
@@ -144,7 +147,10 @@ def main() -> None:
     config = grpo_preset(dict(steps=args.steps, prompts=args.prompts, group=args.group, lr=args.lr), args.seed,
                          max_turns=1, max_new_tokens=MANAGER_TOKENS, micro_batch_tokens=2048, micro_batch_size=4,
                          scale_rewards="none")
-    trainer = GRPOTrainer(model, tokenizer, env, practice, [manager_reward], config)
+    rewards, weights = [manager_reward], [1.0]
+    if args.decision_weight:
+        rewards, weights = [manager_reward, decision_reward], [1.0, args.decision_weight]
+    trainer = GRPOTrainer(model, tokenizer, env, practice, rewards, config, reward_weights=weights)
     drawn, draw = Counter(), trainer.next_tasks
     if args.practice == "events":
         draw = by_event(practice, trainer.task_rng)
@@ -166,6 +172,7 @@ def main() -> None:
             "step_time")
     first, last = evaluations[0]["each"], evaluations[max(evaluations)]["each"]
     row = {"command": current_command(), "seed": args.seed, "practice": args.practice, "mark": args.mark,
+           "decision_weight": args.decision_weight,
            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "sft_steps": args.sft_steps, "sft_seconds": sft_seconds and round(sft_seconds, 1),
            "sft_losses": [round(x, 4) for x in losses], "sft_cached": sft_seconds is None,
