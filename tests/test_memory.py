@@ -17,6 +17,7 @@ from agentrl_lite.tasks.memory import (
     FORMAT_WEIGHT,
     KINDS,
     MARK,
+    MEMORY_TEMPLATES,
     OPS,
     SIZE_PENALTY,
     SPLITS,
@@ -33,6 +34,8 @@ from agentrl_lite.tasks.memory import (
     cold_start_conversations,
     constant_memory_reward,
     constant_memory_tasks,
+    counterfactual_tasks,
+    decision_reward,
     demonstration,
     gold_answer_in_bank,
     ideal_call,
@@ -42,6 +45,7 @@ from agentrl_lite.tasks.memory import (
     manager_reward,
     manager_tasks,
     memory_dialogues,
+    memory_text,
     op_confusion,
     oracle,
     probes,
@@ -49,6 +53,7 @@ from agentrl_lite.tasks.memory import (
     replay_constant_memory,
     replay_policy,
     state_of,
+    stored_memory,
 )
 from agentrl_lite.tools import Toolbox
 
@@ -414,6 +419,54 @@ def test_manager_reward_reads_the_task_columns_and_refuses_without_them(tasks):
     assert rewards == pytest.approx([1.0 + FORMAT_WEIGHT] * 6)
     with pytest.raises(ValueError, match="bank, probes and ideal_size"):
         manager_reward([None], completions[:1])
+
+
+def test_counterfactual_copies_need_the_other_operation_for_the_same_message(dialogues):
+    """A change turn without its memory is a new fact (ADD); a new fact beside a memory of the same person and
+    attribute is a change (UPDATE that memory, the earlier value kept): the message is the original's, and the
+    ideal operation is what the bank shows."""
+    tasks = manager_tasks(dialogues[:60])
+    copies = counterfactual_tasks(tasks, seed=0)
+    originals = {t["id"]: t for t in tasks}
+    changes = sum(t["event"] == "change" for t in tasks)
+    assert Counter(t["event"] for t in copies) == {"change, memory taken out": changes, "state, memory put in": changes}
+    for copy in copies:
+        original = originals[copy["id"].removesuffix("-cf")]
+        assert copy["text"] == original["text"] and copy["ideal"]["op"] != original["ideal"]["op"]
+        fact, bank = read_fact(copy["text"]), MemoryBank.from_state(copy["bank"])
+        if copy["ideal"]["op"] == "ADD":
+            assert stored_memory(copy) is None and len(bank.entries) == len(original["bank"]["entries"]) - 1
+            assert copy["ideal"]["content"] == memory_text(fact["attribute"], fact["entity"], [fact["value"]])
+        else:
+            assert stored_memory(copy) == copy["ideal"]["target"] in [m["id"] for m in copy["related"]]
+            prefix, suffix = MEMORY_TEMPLATES[fact["attribute"]].format(e=fact["entity"], v="\0").split("\0")
+            old = bank.entries[copy["ideal"]["target"]].removeprefix(prefix).removesuffix(suffix)
+            assert old != fact["value"]
+            assert copy["ideal"]["content"] == memory_text(fact["attribute"], fact["entity"], [old, fact["value"]])
+        assert not bank.apply(copy["ideal"]).startswith("Error:")
+
+
+def test_the_decision_reward_credits_the_operation_and_memory_whatever_the_content(tasks):
+    """decision_reward pays the ideal operation on the ideal memory even when the content loses the earlier value
+    (which manager_reward scores as low as a wrong operation), and nothing for another operation, another memory,
+    or two calls."""
+    change = next(t for t in tasks if t["event"] == "change")
+    other = next(m["id"] for m in change["bank"]["entries"] if m["id"] != change["ideal"]["target"])
+    new_value_only = ToolCall("update", {"memory_id": change["ideal"]["target"],
+                                         "content": change["ideal"]["content"].split(" (earlier")[0] + "."})
+    replies = {"ideal": _reply(ideal_call(change)), "new value only": _reply(new_value_only),
+               "add": _reply(ToolCall("add", {"content": change["ideal"]["content"]})),
+               "another memory": _reply(ToolCall("update", {"memory_id": other, "content": change["ideal"]["content"]})),
+               "two calls": _reply(ideal_call(change)) + "\n" + _reply(ideal_call(change))}
+    paid = dict(zip(replies, decision_reward([None] * 5, [[{"role": "assistant", "content": r}] for r in replies.values()],
+                                             ideal=[change["ideal"]] * 5), strict=True))
+    assert paid == {"ideal": 1.0, "new value only": 1.0, "add": 0.0, "another memory": 0.0, "two calls": 0.0}
+    careful = manager_outcome(change, replies["new value only"])["reward"]
+    assert careful < 0.5 and careful < manager_outcome(change, replies["ideal"])["reward"]  # why the term exists
+    assert all(decision_reward([None], [[{"role": "assistant", "content": _reply(ideal_call(t))}]],
+                               ideal=[t["ideal"]]) == [1.0] for t in tasks)
+    with pytest.raises(ValueError, match="column ideal"):
+        decision_reward([None], [[{"role": "assistant", "content": replies["ideal"]}]])
 
 
 # --- replaying a policy, and the answer agent --------------------------------------------------------------

@@ -790,6 +790,54 @@ def cold_start_conversations(env: MemoryManagerEnv, tasks: list[dict[str, Any]],
     return conversations, counts
 
 
+def counterfactual_tasks(tasks: list[dict[str, Any]], seed: int = 0, per_event: int | None = None
+                         ) -> list[dict[str, Any]]:
+    """Copies of manager tasks whose bank is changed so that the same message needs the other operation: a change
+    turn with the memory of its (person, attribute) taken out of the bank (then the fact is new: ADD), and a state
+    turn with a memory of its (person, attribute) put in, holding another value (then the fact changed: UPDATE
+    that memory, keeping the earlier value). For cold-start demonstrations only (their probes are not built).
+
+    Why: in the training turns the wording predicts the operation ("has moved to" is a change, "lives in" a new
+    fact), so a cold start can fit the demonstrations without reading the related memories, and GRPO then moves
+    change turns with the new facts they sound like (results/notes/11_memory_agents.md, items 11-14). With these
+    copies the message alone no longer tells ADD from UPDATE; the memories do. per_event: how many of each (default:
+    as many state copies as there are change turns). The new memory's value is another state turn's value of the
+    same attribute."""
+    rng = random.Random(seed)
+    changes = [t for t in tasks if t["event"] == "change"]
+    states = [t for t in tasks if t["event"] == "state"]
+    n = len(changes) if per_event is None else per_event
+    values: dict[str, list[str]] = {}
+    for t in states:
+        fact = read_fact(t["text"])
+        values.setdefault(fact["attribute"], []).append(fact["value"])
+    out = []
+    for t in rng.sample(changes, min(n, len(changes))):
+        fact = read_fact(t["text"])
+        target = t["ideal"]["target"]
+        bank = MemoryBank.from_state(t["bank"])
+        del bank.entries[target]
+        out.append({**_counterfactual(t, bank, "change, memory taken out"),
+                    "ideal": _op("ADD", None, memory_text(fact["attribute"], fact["entity"], [fact["value"]]))})
+    for t in rng.sample(states, min(n, len(states))):
+        fact = read_fact(t["text"])
+        old = rng.choice([v for v in values[fact["attribute"]] if v != fact["value"]])
+        bank = MemoryBank.from_state(t["bank"])
+        if len(bank.entries) >= bank.capacity:
+            continue
+        target = bank.next_id
+        bank.add(memory_text(fact["attribute"], fact["entity"], [old]))
+        out.append({**_counterfactual(t, bank, "state, memory put in"), "ideal": _op(
+            "UPDATE", target, memory_text(fact["attribute"], fact["entity"], [old, fact["value"]]))})
+    return out
+
+
+def _counterfactual(task: dict[str, Any], bank: MemoryBank, event: str) -> dict[str, Any]:
+    return {"id": f"{task['id']}-cf", "dialogue_id": task["dialogue_id"], "split": task["split"],
+            "turn_index": task["turn_index"], "session": task["session"], "text": task["text"], "event": event,
+            "bank": bank.state(), "related": [{"id": i, "content": c} for i, c in bank.related(task["text"])]}
+
+
 class MemoryManagerEnv:
     """One memory-manager step (an `Environment`): the new turn and related memories in, one operation out.
 

@@ -47,6 +47,7 @@ from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tasks.memory import (
     MemoryManagerEnv,
     cold_start_conversations,
+    counterfactual_tasks,
     decision_reward,
     manager_reward,
     manager_tasks,
@@ -124,6 +125,8 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=6)
     p.add_argument("--decision-weight", type=float, default=0.0, help="weight of memory.decision_reward (the "
                    "ideal operation and memory, whatever the content) beside manager_reward (item 13); 0 for none")
+    p.add_argument("--counterfactual", action="store_true", help="the cold start also shows memory."
+                   "counterfactual_tasks (change turns without their memory: ADD; new facts with one: UPDATE; item 15)")
     p.add_argument("--mark", action="store_true", help="MemoryManagerEnv(mark=True): the related memory of the "
                    "message's person and attribute is marked in the prompt (item 12)")
     p.add_argument("--sft-cache", type=Path, help="load the cold start from this file, or save it there")
@@ -137,7 +140,8 @@ def main() -> None:
         model.load_state_dict(torch.load(args.sft_cache))
         losses, sft_seconds = [], None
     else:
-        losses, sft_seconds = cold_start(model, tokenizer, env, train_tasks, args.sft_steps, args.seed)
+        shown = train_tasks + (counterfactual_tasks(train_tasks, args.seed) if args.counterfactual else [])
+        losses, sft_seconds = cold_start(model, tokenizer, env, shown, args.sft_steps, args.seed)
         if args.sft_cache:
             torch.save(model.state_dict(), args.sft_cache)
     evaluations = {0: read_operations(model, tokenizer, env, val_tasks)}
@@ -172,6 +176,7 @@ def main() -> None:
             "step_time")
     first, last = evaluations[0]["each"], evaluations[max(evaluations)]["each"]
     row = {"command": current_command(), "seed": args.seed, "practice": args.practice, "mark": args.mark,
+           "counterfactual": args.counterfactual,
            "decision_weight": args.decision_weight,
            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "sft_steps": args.sft_steps, "sft_seconds": sft_seconds and round(sft_seconds, 1),
