@@ -48,10 +48,23 @@ class SFTConfig:
     share counted once; gradient accumulation, so the loss and gradient are the batch's): the pass's activations
     take about 1 MB per token for SmolLM2-135M, so this bounds the memory of long conversations. None: the whole
     batch in one pass"""
+    lr_schedule: str = "constant"
+    """"constant", or "linear": the rate falls in a straight line from `lr` to lr/steps at the last step (TRL's
+    default, `lr_scheduler_type="linear"`, without warm-up): the last batches of a short run then move the weights
+    less, so what the run ends on depends less on which demonstrations came last"""
     gradient_checkpointing: bool = True
     """keep no decoder layer's activations for the backward pass, only its input, and run the layer again when
     the backward pass needs them (`logprobs.checkpointed_layers`): the same loss and gradient in less memory and
     more time. On by default, as in TRL's SFTConfig: it lowers a lesson's peak memory (results/bench_checkpointing.json)"""
+
+
+def lr_at(step: int, config: SFTConfig) -> float:
+    """The learning rate of optimizer step `step` (0-based) under `config.lr_schedule`."""
+    if config.lr_schedule == "constant":
+        return config.lr
+    if config.lr_schedule == "linear":
+        return config.lr * (1 - step / config.steps)
+    raise ValueError(f"lr_schedule must be 'constant' or 'linear', got {config.lr_schedule!r}")
 
 
 def tokenize_conversation(
@@ -107,6 +120,7 @@ def sft(
         (lesson 11's 3,500 manager prompts) must not render every chat template before its first step."""
         return tokenize_conversation(tokenizer, conversations[i], tools[i] if per_conversation else tools)
 
+    lr_at(0, config)  # a bad schedule name fails before any work
     rng = random.Random(config.seed)
     order: list[int] = []
     params = [p for p in model.parameters() if p.requires_grad]
@@ -114,7 +128,7 @@ def sft(
     model.train()
     losses = []
     with large_tensors_mapped():  # activations of changing sizes: returned whole, not left as heap holes
-        for _ in tqdm(range(config.steps), desc="SFT", disable=not config.progress):
+        for step in tqdm(range(config.steps), desc="SFT", disable=not config.progress):
             if len(order) < config.batch_size:  # reshuffle once the epoch is used up
                 order += rng.sample(range(len(conversations)), len(conversations))
             batch = [example(order.pop(0)) for _ in range(config.batch_size)]
@@ -139,6 +153,8 @@ def sft(
                 loss.backward()
                 total += loss.item()
             torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, config)
             optimizer.step()
             losses.append(total)
     model.eval()

@@ -231,6 +231,34 @@ def test_sft_tokenizes_only_the_conversations_its_steps_draw(monkeypatch):
         sft(model, tokenizer, [], None, SFTConfig(steps=1, progress=False))
 
 
+def test_a_linear_schedule_steps_the_learning_rate_down_to_lr_over_steps(monkeypatch):
+    """lr_schedule="linear" sets each optimizer step's rate to lr·(1 - step/steps), as TRL's linear schedule
+    without warm-up; "constant" leaves lr; another name is refused before any work."""
+    import agentrl_lite.sft as sft_module
+    from agentrl_lite.sft import SFTConfig, sft
+    from agentrl_lite.tasks.arithmetic import ArithmeticEnv, arithmetic_tasks, calculator_demonstration
+
+    env = ArithmeticEnv()
+    conversations = [env.prompt(t)[:1] + calculator_demonstration(t) for t in arithmetic_tasks(12, seed=1)]
+    seen: list[float] = []
+    real = torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    model, tokenizer = tiny_policy(seed=0)
+    for schedule, expected in (("linear", [1e-3, 7.5e-4, 5e-4, 2.5e-4]), ("constant", [1e-3] * 4)):
+        seen.clear()
+        sft(model, tokenizer, conversations, env.toolbox_for().schemas,
+            SFTConfig(steps=4, batch_size=2, lr=1e-3, lr_schedule=schedule, progress=False))
+        assert seen == pytest.approx(expected), schedule
+    with pytest.raises(ValueError, match="lr_schedule"):
+        sft(model, tokenizer, conversations, None, SFTConfig(steps=1, lr_schedule="cosine", progress=False))
+    assert sft_module.lr_at(3, SFTConfig(steps=4, lr=1e-3, lr_schedule="linear")) == pytest.approx(2.5e-4)
+
+
 @pytest.mark.parametrize("checkpoint", [False, True])
 def test_training_only_the_top_layers_leaves_their_gradient_as_it_was_and_the_rest_untouched(checkpoint):
     """train_top_layers: the frozen embeddings and lower layers get no gradient (the backward stops before them),

@@ -59,12 +59,14 @@ DECISION = ("change", "correct", "repeat")
 MANAGER_TOKENS = 64  # the notebook's
 
 
-def cold_start(model, tokenizer, env, train_tasks, steps: int, seed: int) -> tuple[list[float], float]:
+def cold_start(model, tokenizer, env, train_tasks, steps: int, seed: int,
+               schedule: str = "constant") -> tuple[list[float], float]:
     """The notebook's cold start: every training turn, rarer operations resampled to a fifth each, 8 per step."""
     conversations, _ = cold_start_conversations(env, train_tasks, seed=seed, min_share=MIN_SHARE)
     start = time.perf_counter()
     losses = sft(model, tokenizer, conversations, env.toolbox_for(train_tasks[0]).schemas,
-                 SFTConfig(steps=steps, batch_size=8, lr=1e-4, bf16="auto", seed=seed, micro_batch_tokens=2048))
+                 SFTConfig(steps=steps, batch_size=8, lr=1e-4, bf16="auto", seed=seed, micro_batch_tokens=2048,
+                           lr_schedule=schedule))
     return losses, time.perf_counter() - start
 
 
@@ -125,6 +127,8 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=6)
     p.add_argument("--decision-weight", type=float, default=0.0, help="weight of memory.decision_reward (the "
                    "ideal operation and memory, whatever the content) beside manager_reward (item 13); 0 for none")
+    p.add_argument("--sft-schedule", choices=("constant", "linear"), default="constant",
+                   help="the cold start's learning-rate schedule (SFTConfig.lr_schedule; item 16)")
     p.add_argument("--counterfactual", action="store_true", help="the cold start also shows memory."
                    "counterfactual_tasks (change turns without their memory: ADD; new facts with one: UPDATE; item 15)")
     p.add_argument("--mark", action="store_true", help="MemoryManagerEnv(mark=True): the related memory of the "
@@ -141,7 +145,7 @@ def main() -> None:
         losses, sft_seconds = [], None
     else:
         shown = train_tasks + (counterfactual_tasks(train_tasks, args.seed) if args.counterfactual else [])
-        losses, sft_seconds = cold_start(model, tokenizer, env, shown, args.sft_steps, args.seed)
+        losses, sft_seconds = cold_start(model, tokenizer, env, shown, args.sft_steps, args.seed, args.sft_schedule)
         if args.sft_cache:
             torch.save(model.state_dict(), args.sft_cache)
     evaluations = {0: read_operations(model, tokenizer, env, val_tasks)}
@@ -176,7 +180,7 @@ def main() -> None:
             "step_time")
     first, last = evaluations[0]["each"], evaluations[max(evaluations)]["each"]
     row = {"command": current_command(), "seed": args.seed, "practice": args.practice, "mark": args.mark,
-           "counterfactual": args.counterfactual,
+           "counterfactual": args.counterfactual, "sft_schedule": args.sft_schedule,
            "decision_weight": args.decision_weight,
            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "sft_steps": args.sft_steps, "sft_seconds": sft_seconds and round(sft_seconds, 1),
