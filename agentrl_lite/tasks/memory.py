@@ -681,10 +681,6 @@ def manager_reward(prompts: list[Any], completions: list[Any], bank: list[dict] 
             for b, p, n, c in zip(bank, probes, ideal_size, completions, strict=True)]
 
 
-MARK = " <- same fact"
-"""what `MemoryManagerEnv(mark=True)` appends to the related memory that holds the message's person and attribute"""
-
-
 def decision_right(ideal: dict[str, Any], text: str) -> bool:
     """Whether the reply is exactly one call whose operation (and, for update and delete, memory id) is the ideal
     one: the decision, whatever the content written."""
@@ -703,6 +699,10 @@ def decision_reward(prompts: list[Any], completions: list[Any], ideal: list[dict
     if ideal is None or len(ideal) != len(completions):
         raise ValueError("decision_reward needs the per-sample column ideal of manager_tasks")
     return [float(decision_right(i, completion_text(c))) for i, c in zip(ideal, completions, strict=True)]
+
+
+MARK = " <- same fact"
+"""what `MemoryManagerEnv(mark=True)` appends to the related memory that holds the message's person and attribute"""
 
 
 def _user_message(task: dict[str, Any], mark: bool = False) -> str:
