@@ -16,6 +16,11 @@ Practice (`--practice`):
 - `events`: choice's turns, each step drawing the four events in turn (a fourth of the prompts each), so that
   the `state` turns, half of choice's pool, do not set the direction alone.
 
+Design switches, items 12-16 of the notes: `--mark` (the memory of the message's person and attribute marked in
+the prompt), `--decision-weight` (memory.decision_reward beside manager_reward), `--counterfactual` (the cold start
+also shows memory.counterfactual_tasks), `--sft-schedule linear` (the cold start's rate decays); `--steps 0` reads
+the cold start alone.
+
 One run per invocation, appended to results/11_probe_grpo_turns.json (item 11 of the notes: both mixes drove the
 manager to ADD everywhere; about 15 minutes per run with the cold start cached, on a 2-core CPU with bf16):
 
