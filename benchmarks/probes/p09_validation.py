@@ -246,9 +246,9 @@ def main() -> None:
     p.add_argument("--pool", choices=("first", "templates"), default="first", help="with --balanced: the first 144 "
                    "of each kind, or 144 drawn from the kind's templates in turn (every template in the pool; item 21 "
                    "found the first 144 single-hop questions hold three of seven templates)")
-    p.add_argument("--only-templates", default=None, help="'|'-separated words: GRPO practises only the training "
+    p.add_argument("--only-templates", default=None, help="'|'-separated words: GRPO practises only the single-hop "
                    "questions whose template contains one of them (e.g. founded|headquartered), the templates the "
-                   "cold start mis-cites on validation (item 25)")
+                   "cold start mis-cites on validation (items 25-26); other kinds are kept whole")
     p.add_argument("--sft-cache", default=None, help="load the cold-start weights from this file if it exists, "
                    "else train and save them there (the same SFT for several GRPO probes)")
     p.add_argument("--format-weight", type=float, default=0.0, help="weight of rewards.format_reward beside EM")
@@ -302,9 +302,9 @@ def main() -> None:
         train = [q for q in train if q["kind"] in rl_kinds]
     if args.only_templates:
         words = args.only_templates.split("|")
-        train = [q for q in train if any(w in template(q) for w in words)]
-        if not train:
-            raise SystemExit(f"no training question has a template with any of {words}")
+        train = [q for q in train if q["kind"] != "single_hop" or any(w in template(q) for w in words)]
+        if not any(q["kind"] == "single_hop" for q in train):
+            raise SystemExit(f"no single-hop training question has a template with any of {words}")
     demos = read_jsonl(DATA_DIR / "search_sft.jsonl")
     demo_ids = {d["id"] for d in demos}
     abstain_tasks = [q for q in train_all if q["kind"] == "unanswerable" and q["id"] not in demo_ids][:args.abstain_check]
