@@ -57,6 +57,9 @@ class SFTConfig:
     the backward pass needs them (`logprobs.checkpointed_layers`): the same loss and gradient in less memory and
     more time. On by default, as in TRL's SFTConfig: it lowers a lesson's peak memory (results/bench_checkpointing.json)"""
 
+    def __post_init__(self) -> None:
+        lr_at(0, self)  # a bad schedule name fails where the config is made, before any work
+
 
 def lr_at(step: int, config: SFTConfig) -> float:
     """The learning rate of optimizer step `step` (0-based) under `config.lr_schedule`."""
@@ -120,7 +123,6 @@ def sft(
         (lesson 11's 3,500 manager prompts) must not render every chat template before its first step."""
         return tokenize_conversation(tokenizer, conversations[i], tools[i] if per_conversation else tools)
 
-    lr_at(0, config)  # a bad schedule name fails before any work
     rng = random.Random(config.seed)
     order: list[int] = []
     params = [p for p in model.parameters() if p.requires_grad]

@@ -623,8 +623,12 @@ def _manager_task(dialogue: dict[str, Any], t: int, bank: MemoryBank, k: int = R
     turn = dialogue["turns"][t]
     return {"id": f"{dialogue['id']}-t{t:02d}", "dialogue_id": dialogue["id"], "split": dialogue["split"],
             "turn_index": t, "session": turn["session"], "text": turn["text"], "event": turn["event"],
-            "bank": bank.state(), "related": [{"id": i, "content": c} for i, c in bank.related(turn["text"], k)],
-            "ideal": turn["op"]}
+            "bank": bank.state(), "related": _related(bank, turn["text"], k), "ideal": turn["op"]}
+
+
+def _related(bank: MemoryBank, text: str, k: int = RELATED_K) -> list[dict[str, Any]]:
+    """The related memories a manager task shows: `bank.related` as [{"id", "content"}]."""
+    return [{"id": i, "content": c} for i, c in bank.related(text, k)]
 
 
 def manager_tasks(dialogues: list[dict[str, Any]], k: int = RELATED_K) -> list[dict[str, Any]]:
@@ -681,13 +685,17 @@ def manager_reward(prompts: list[Any], completions: list[Any], bank: list[dict] 
             for b, p, n, c in zip(bank, probes, ideal_size, completions, strict=True)]
 
 
+def _decided(ideal: dict[str, Any], calls: list[dict[str, Any]]) -> bool:
+    """Exactly one call, whose operation (and, for update and delete, memory id) is the ideal one."""
+    if len(calls) != 1 or _TOOL_OPS.get(calls[0].get("name")) != ideal["op"]:
+        return False
+    return ideal["op"] not in ("UPDATE", "DELETE") or calls[0].get("arguments", {}).get("memory_id") == ideal["target"]
+
+
 def decision_right(ideal: dict[str, Any], text: str) -> bool:
     """Whether the reply is exactly one call whose operation (and, for update and delete, memory id) is the ideal
-    one: the decision, whatever the content written."""
-    calls = parse_tool_calls(text).calls
-    if len(calls) != 1 or _TOOL_OPS.get(calls[0].name) != ideal["op"]:
-        return False
-    return ideal["op"] not in ("UPDATE", "DELETE") or calls[0].arguments.get("memory_id") == ideal["target"]
+    one: the decision, whatever the content written (what `MemoryManagerEnv.score` calls correct)."""
+    return _decided(ideal, [c.to_dict() for c in parse_tool_calls(text).calls])
 
 
 def decision_reward(prompts: list[Any], completions: list[Any], ideal: list[dict] | None = None,
@@ -833,9 +841,10 @@ def counterfactual_tasks(tasks: list[dict[str, Any]], seed: int = 0, per_event: 
 
 
 def _counterfactual(task: dict[str, Any], bank: MemoryBank, event: str) -> dict[str, Any]:
-    return {"id": f"{task['id']}-cf", "dialogue_id": task["dialogue_id"], "split": task["split"],
-            "turn_index": task["turn_index"], "session": task["session"], "text": task["text"], "event": event,
-            "bank": bank.state(), "related": [{"id": i, "content": c} for i, c in bank.related(task["text"])]}
+    """The task with another bank: its probes and ideal size belong to the original bank, so they are left out."""
+    kept = {key: value for key, value in task.items() if key not in ("probes", "ideal_size")}
+    return {**kept, "id": f"{task['id']}-cf", "event": event, "bank": bank.state(),
+            "related": _related(bank, task["text"])}
 
 
 class MemoryManagerEnv:
@@ -871,11 +880,7 @@ class MemoryManagerEnv:
         if not calls:
             return {"correct": 0.0, "op": "none", "calls": 0.0, **outcome}
         op = _TOOL_OPS.get(calls[0].get("name"), "other")
-        ideal = task["ideal"]
-        target_ok = ideal["op"] not in ("UPDATE", "DELETE") or \
-            calls[0].get("arguments", {}).get("memory_id") == ideal["target"]
-        right = len(calls) == 1 and op == ideal["op"] and target_ok
-        return {"correct": float(right), "op": op, "calls": float(len(calls)), **outcome}
+        return {"correct": float(_decided(task["ideal"], calls)), "op": op, "calls": float(len(calls)), **outcome}
 
 
 def _written(episode: Episode) -> str:
