@@ -9,7 +9,6 @@ import json
 import platform
 import random
 import time
-from pathlib import Path
 
 import torch
 
