@@ -6,13 +6,13 @@ usage: python benchmarks/probes/p11_answer_top.py --steps 40 [--train-top 15] [-
 """
 import argparse
 import json
-import platform
 import random
 import time
 
 import torch
 
 from agentrl_lite import seed_everything
+from agentrl_lite.course.results import device_name
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.models import bf16_is_fast, load_policy, train_top_layers
 from agentrl_lite.rollout import RolloutConfig
@@ -42,7 +42,7 @@ losses = sft(model, tok, [env.prompt(t) + env.demonstration(t) for t in demos], 
 run = {"command": "python benchmarks/probes/p11_answer_top.py " + " ".join(
            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
        **vars(args), "parameters": parameters, "sft_seconds": time.perf_counter() - start,
-       "losses": losses, "device": platform.processor() or platform.machine(), "bf16": bf16_is_fast(),
+       "losses": losses, "device": device_name(), "bf16": bf16_is_fast(),
        "threads": torch.get_num_threads(), "split": "validation", "banks": {}}
 print(f"sft {args.steps} steps, top {args.train_top or 'all'}: {run['sft_seconds']:.0f} s, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
 cfg = RolloutConfig(max_turns=1, max_new_tokens=64, temperature=0.0, batch_size=64, progress=False)
