@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from transformers.utils import get_json_schema
 
 from agentrl_lite.chat import ToolCall, parse_tool_calls
@@ -279,9 +280,11 @@ class SearchIndex:
                  if w in self.vocabulary]
         if not words:
             return []
-        k = min(k, len(self.documents))
-        ids, scores = self.retriever.retrieve([words], k=k, show_progress=False, n_threads=1)
-        return [self.documents[int(i)] for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
+        scores = self.retriever.get_scores(words)  # one BM25 score per document
+        # best first; equal scores in document order, so that ties (documents sharing only a common word) never
+        # depend on how a numpy release happens to partition them (bm25s.retrieve's top-k does)
+        best = np.argsort(-scores, kind="stable")[:k]
+        return [self.documents[int(i)] for i in best if scores[i] > 0]
 
     def search(self, query: str, k: int = 3) -> str:
         """Search the encyclopedia and return the best-matching documents, best first.
