@@ -17,6 +17,7 @@ from agentrl_lite.tasks.search import (
     accepted_answer,
     demonstration,
     encyclopedia,
+    evidence,
     grounded,
     grounding_reward,
     search_questions,
@@ -84,6 +85,23 @@ def test_equal_scores_come_back_in_document_order():
     assert [d["id"] for d in SearchIndex(docs).top("staircase", 4)] == ["d0", "d1", "d2", "d3"]
     assert [d["id"] for d in SearchIndex(docs[::-1]).top("staircase", 2)] == ["d5", "d4"]
     assert SearchIndex(docs).top("Lavo staircase", 2)[0]["id"] == "d1", "a better score still comes first"
+
+
+def test_a_world_that_states_missing_years_differs_only_in_those_documents(world, questions):
+    """`state_missing_year` writes the gap into the person's document (and `evidence` cites that sentence alone);
+    every other document, and every question, stay as they are."""
+    stated = encyclopedia(seed=0, state_missing_year=True)
+    assert search_questions(stated, seed=0) == questions
+    unrecorded = {p["name"] for p in world.people if p["born"] is None}
+    for plain, said in zip(world.documents, stated.documents, strict=True):
+        if plain["title"] in unrecorded:
+            assert said["text"] == plain["text"][:-1] + "; the year of birth is not recorded."
+        else:
+            assert said == plain
+    index = SearchIndex(stated.documents)
+    q = next(q for q in questions if q["kind"] == "unanswerable")
+    assert evidence(q, index).endswith("the year of birth is not recorded.")
+    assert "No year of birth is given." not in evidence(q, index)
 
 
 def test_the_index_finds_every_single_hop_gold_document_at_k3(index, questions):

@@ -93,8 +93,12 @@ class Encyclopedia:
 
 
 def encyclopedia(seed: int = 0, n_towns: int = 60, n_people: int = 320, n_organisations: int = 160,
-                 n_works: int = 160, unrecorded_share: float = 0.2) -> Encyclopedia:
-    """A deterministic invented world; every person founds at most one organisation and creates at most one work."""
+                 n_works: int = 160, unrecorded_share: float = 0.2, state_missing_year: bool = False) -> Encyclopedia:
+    """A deterministic invented world; every person founds at most one organisation and creates at most one work.
+
+    state_missing_year: a person without a recorded year of birth has a document that says so ("...; the year of
+    birth is not recorded.") instead of one that leaves the year out. The same world and questions either way; only
+    those documents' text differs (a design probe of lesson 09: results/notes/09_agentic_search.md, item 31)."""
     if n_organisations + n_works > n_people:
         raise ValueError("encyclopedia: every organisation and work needs its own person (n_people too small)")
     rng = random.Random(seed)
@@ -124,7 +128,7 @@ def encyclopedia(seed: int = 0, n_towns: int = 60, n_people: int = 320, n_organi
                                                    f"{_word(rng, 2).capitalize()}", taken),
                       "creator": creator["name"], "year": year, "kind": rng.choice(WORK_KINDS)})
     world = Encyclopedia(provinces, towns, people, organisations, works)
-    world.documents = _documents(world)
+    world.documents = _documents(world, state_missing_year)
     return world
 
 
@@ -132,13 +136,14 @@ def _a(word: str) -> str:
     return f"an {word}" if word[0] in "aeiou" else f"a {word}"
 
 
-def _documents(world: Encyclopedia) -> list[dict[str, str]]:
+def _documents(world: Encyclopedia, state_missing_year: bool = False) -> list[dict[str, str]]:
     docs = []
     for t in world.towns:
         docs.append((t["name"], f"{t['name']} is a town in the province of {t['province']}, founded in "
                                 f"{t['founded']}."))
     for p in world.people:
-        born = f"in {p['town']} in {p['born']}" if p["born"] is not None else f"in {p['town']}"
+        gap = "; the year of birth is not recorded" if state_missing_year else ""
+        born = f"in {p['town']} in {p['born']}" if p["born"] is not None else f"in {p['town']}{gap}"
         docs.append((p["name"], f"{p['name']} was {_a(p['profession'])}, born {born}."))
     for o in world.organisations:
         docs.append((o["name"], f"{o['name']} is {_a(o['industry'])} firm founded in {o['founded']} by "
@@ -300,7 +305,8 @@ def evidence(task: dict[str, Any], index: SearchIndex) -> str:
     if task["kind"] == "comparison":
         return " ".join(d[0] for d in docs)
     if task["answer"] == UNKNOWN:
-        return f"{docs[-1][0]} No year of birth is given."
+        said = docs[-1][0]
+        return said if said.endswith("not recorded.") else f"{said} No year of birth is given."
     hits = [s for s in docs[-1] if normalize_answer(task["answer"]) in normalize_answer(s)]
     return _quoted(documents[task["support"][-1]]["title"], hits[0] if hits else docs[-1][0])
 
