@@ -491,6 +491,7 @@ def otc_reward(
     answer: Sequence[Any] | None = None,
     c: float = 1.0,
     alpha: float = 1.0,
+    min_calls: int = 0,
     **kwargs: Any,
 ) -> list[float | None]:
     """OTC-GRPO's tool-integrated reward: correctness scaled by tool efficiency, α · r_tool(m, n) · r_correct.
@@ -504,6 +505,9 @@ def otc_reward(
     tool_calls: per-sample call counts m; default `count_tool_calls` of each completion.
     A group without a correct answer has no n: every reward in it is 0.0 (they would be 0 anyway, since
     r_correct = 0), so GRPO sees no signal from that group, exactly as with plain correctness.
+    min_calls: a floor under n, for tasks that cannot be solved with fewer calls (a question about a corpus the
+        model has never read needs at least one search; an answer right without one was a guess, and should not
+        set the group's optimum to zero calls). 0: OTC as published.
     """
     n_samples = len(completions)
     if group_size < 1 or n_samples % group_size:
@@ -518,7 +522,7 @@ def otc_reward(
     for start in range(0, n_samples, group_size):
         group = range(start, start + group_size)
         solved = [tool_calls[i] for i in group if correct[i]]
-        n = min(solved) if solved else None  # the group's optimal number of calls
+        n = max(min(solved), min_calls) if solved else None  # the group's optimal number of calls
         for i in group:
             if correct[i] is None:
                 rewards.append(None)

@@ -271,6 +271,19 @@ def test_otc_reward_groups_optimum_and_no_correct_group():
         otc_reward(["p"] * 3, [""] * 3, group_size=4, correct=[1, 1, 1], tool_calls=[0, 0, 0])
 
 
+def test_otc_reward_min_calls_floors_the_groups_optimum():
+    # a right answer with no call sets n = 0 unfloored (1 call then earns cos(π/3) = 0.5); with min_calls=1,
+    # n = 1: the 0-call answer earns sin(0) = 0 and the 1-call answer 1, the 2-call one sin(2π/3)
+    correct, calls = [1, 1, 1, 0], [0, 1, 2, 1]
+    assert otc_reward(["p"] * 4, [""] * 4, group_size=4, correct=correct, tool_calls=calls) == pytest.approx(
+        [1.0, 0.5, math.cos(2 * math.pi / 5), 0.0])
+    assert otc_reward(["p"] * 4, [""] * 4, group_size=4, correct=correct, tool_calls=calls, min_calls=1) == \
+        pytest.approx([0.0, 1.0, math.sqrt(3) / 2, 0.0])
+    # a floor below the group's optimum changes nothing
+    assert otc_reward(["p"] * 2, ["", ""], group_size=2, correct=[1, 1], tool_calls=[2, 3], min_calls=1) == \
+        otc_reward(["p"] * 2, ["", ""], group_size=2, correct=[1, 1], tool_calls=[2, 3])
+
+
 def test_otc_reward_defaults_read_correctness_and_calls_from_the_completions():
     right_one_call = conversation(("assistant", CALL), ("tool", "391"), ("assistant", "<answer>391</answer>"))
     right_two_calls = conversation(("assistant", CALL + CALL), ("tool", "391"), ("assistant", "<answer>391</answer>"))
