@@ -39,7 +39,7 @@ from agentrl_lite.course.results import read_results
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.grpo import GRPOTrainer
 from agentrl_lite.models import load_policy, train_top_layers
-from agentrl_lite.rewards import exact_match_reward, format_reward
+from agentrl_lite.rewards import exact_match_reward, format_reward, otc_reward
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
@@ -78,6 +78,8 @@ def main() -> None:
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--format-weight", type=float, default=0.2)
+    p.add_argument("--otc", action="store_true", help="OTC: exact match scaled by tool efficiency within the group "
+                   "(rewards.otc_reward, the group's optimum at least one search) instead of plain exact match")
     p.add_argument("--train-top", type=int, default=0, help="GRPO trains only the top N decoder layers")
     p.add_argument("--no-checkpointing", action="store_true", help="GRPO without gradient checkpointing")
     p.add_argument("--eval-every", type=int, default=0)
@@ -182,7 +184,12 @@ def main() -> None:
                              args.seed, max_turns=args.turns, max_new_tokens=args.max_new_tokens,
                              gradient_checkpointing=not args.no_checkpointing, dynamic_sampling=args.dynamic_sampling)
         config.rollout.temperature = args.temperature
-        trainer = GRPOTrainer(model, tokenizer, env, rl_tasks, [exact_match_reward, format_reward], config,
+        def otc_exact_match(prompts, completions, answer=None, tool_calls=None, **kwargs):
+            return otc_reward(prompts, completions, group_size=args.group, tool_calls=tool_calls, min_calls=1,
+                              correct=exact_match_reward(prompts, completions, answer=answer))
+
+        correctness = otc_exact_match if args.otc else exact_match_reward
+        trainer = GRPOTrainer(model, tokenizer, env, rl_tasks, [correctness, format_reward], config,
                               reward_weights=[1.0, args.format_weight])
         t = time.perf_counter()
         row["validation_during_grpo"] = {}
