@@ -20,6 +20,7 @@ from agentrl_lite.tasks.search import (
     evidence,
     grounded,
     grounding_reward,
+    search_plan,
     search_questions,
     verified_exact_match_reward,
 )
@@ -191,6 +192,25 @@ def test_demonstrations_search_each_gold_query_and_see_the_answer(index, questio
         assert q["answer"] in seen or q["kind"] == "comparison"
         assert messages[-1]["content"] == f"<answer>{q['answer']}</answer>"
         assert demonstration(q, index, cite=True)[-1]["content"].endswith(f"\n<answer>{q['answer']}</answer>")
+
+
+def test_a_planned_demonstration_states_the_number_of_searches_it_then_makes(index, questions):
+    """With `plan`, the first turn opens with a one-line plan whose count is the number of searches the
+    demonstration makes; the calls, the replies and the answer are those of the unplanned demonstration."""
+    plans = {}
+    for q in questions:
+        planned, plain = demonstration(q, index, plan=True), demonstration(q, index)
+        first, rest = planned[1]["content"].split("\n", 1)
+        assert first == search_plan(q) and rest == plain[1]["content"]
+        assert planned[2:] == plain[2:]
+        calls = [c for m in planned if m["role"] == "assistant" for c in parse_tool_calls(m["content"]).calls]
+        assert int(re.match(r"Plan: (\d) search", first).group(1)) == len(calls) == len(q["queries"])
+        plans.setdefault(q["kind"], set()).add(first)
+    assert len(plans["single_hop"]) == 1 and plans["single_hop"] != plans["two_hop"]
+    assert plans["unanswerable"] == plans["single_hop"] | plans["two_hop"]  # the missing year, one hop or two
+    q = questions[0]
+    assert "plan" in SearchEnv(index, plan=True).prompt(q)[0]["content"]
+    assert "plan" not in SearchEnv(index).prompt(q)[0]["content"]
 
 
 def test_the_demonstrated_evidence_is_copied_from_what_the_search_returned(index, questions):

@@ -227,6 +227,10 @@ SYSTEM_PROMPT = (
 CITE_PROMPT = SYSTEM_PROMPT.replace("When you know the answer, reply with",
                                    "When you know the answer, first copy the sentence it rests on, then write")
 """the agent's system prompt when its final reply cites the evidence first (`SearchEnv(cite=True)`, `evidence`)"""
+PLAN_PROMPT_ADDITION = (
+    " Before your first search, write a one-line plan: how many searches the question needs, and what each is for."
+)
+"""added to the system prompt when the agent plans before its first search (`SearchEnv(plan=True)`, `search_plan`)"""
 CLOSED_BOOK_PROMPT = (
     "Answer the question. Reply with <answer>...</answer> holding only the answer (a name, a town, a year, a "
     f"word). If you do not know, reply <answer>{UNKNOWN}</answer>."
@@ -248,6 +252,10 @@ class SearchEnv:
     cite: bool = False
     """the agent is asked to copy the sentence its answer rests on before answering (`CITE_PROMPT`); pair it with
     demonstrations built with `demonstration(..., cite=True)`"""
+    plan: bool = False
+    """the agent is asked to write a one-line plan before its first search (`PLAN_PROMPT_ADDITION`); pair it with
+    demonstrations built with `demonstration(..., plan=True)`. The number of searches is then decided on the
+    question's words, where the kinds differ, rather than after the first tool reply, where they do not"""
     verify: bool = False
     """cite or abstain: an answer counts only when it is `grounded` in the evidence the agent cited, any other
     answer is recorded as `unknown` (`accepted_answer`); `correct` and `f1` then judge the recorded answer, and
@@ -259,8 +267,8 @@ class SearchEnv:
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
         if self.mode == "agent":
-            return [{"role": "system", "content": CITE_PROMPT if self.cite else SYSTEM_PROMPT},
-                    {"role": "user", "content": task["question"]}]
+            system = (CITE_PROMPT if self.cite else SYSTEM_PROMPT) + (PLAN_PROMPT_ADDITION if self.plan else "")
+            return [{"role": "system", "content": system}, {"role": "user", "content": task["question"]}]
         if self.mode == "closed_book":
             return [{"role": "system", "content": CLOSED_BOOK_PROMPT}, {"role": "user", "content": task["question"]}]
         context = self.index.search(task["question"], self.k)
@@ -319,13 +327,27 @@ def _quoted(title: str, sentence: str) -> str:
     return sentence
 
 
-def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3, cite: bool = False) -> list[dict[str, Any]]:
+def search_plan(task: dict[str, Any]) -> str:
+    """The one-line plan written before the first search: the number of searches and what each is for, read
+    off the question's words (a two-hop question's second query is a name only the first reply gives)."""
+    if task["kind"] == "comparison":
+        return "Plan: 2 searches, one for each name."
+    if len(task["queries"]) == 2:
+        return "Plan: 2 searches, the second for the name the first one gives."
+    return "Plan: 1 search, for the name in the question."
+
+
+def demonstration(task: dict[str, Any], index: SearchIndex, k: int = 3, cite: bool = False,
+                  plan: bool = False) -> list[dict[str, Any]]:
     """The gold conversation after the system prompt: the question, one search per gold query with the
     tool's real replies, then the answer; with `cite`, the final reply first copies the evidence (`evidence`),
-    so that the answer is read off a sentence the model has just written."""
+    so that the answer is read off a sentence the model has just written; with `plan`, the first search is
+    preceded by the plan (`search_plan`)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
-    for query in task["queries"]:
-        messages.append({"role": "assistant", "content": format_tool_call(ToolCall("search", {"query": query}))})
+    for i, query in enumerate(task["queries"]):
+        ahead = f"{search_plan(task)}\n" if plan and i == 0 else ""
+        messages.append({"role": "assistant",
+                         "content": ahead + format_tool_call(ToolCall("search", {"query": query}))})
         messages.append({"role": "tool", "content": index.search(query, k)})
     cited = f"{evidence(task, index)}\n" if cite else ""
     messages.append({"role": "assistant", "content": f"{cited}<answer>{task['answer']}</answer>"})

@@ -39,7 +39,7 @@ from agentrl_lite.course.results import read_results
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.grpo import GRPOTrainer
 from agentrl_lite.models import load_policy, train_top_layers
-from agentrl_lite.rewards import exact_match_reward, format_reward, otc_reward
+from agentrl_lite.rewards import episode_completion, exact_match_reward, format_reward, otc_reward
 from agentrl_lite.rollout import RolloutConfig
 from agentrl_lite.sft import SFTConfig, sft
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
@@ -53,6 +53,11 @@ def peak_mb() -> float:
 
 def template(q: dict) -> str:
     return q["question"].replace(q["anchor"], "X").split(",")[0]
+
+
+def first_line(episode) -> str:
+    turns = episode_completion(episode)
+    return turns[0]["content"].split("\n")[0] if turns else ""
 
 
 def main() -> None:
@@ -88,11 +93,14 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--state-missing-year", action="store_true", help="the corpus of encyclopedia(state_missing_year="
                    "True): a person without a recorded year has a document that says so (the questions are the same)")
+    p.add_argument("--plan", action="store_true", help="the agent writes a one-line plan before its first search "
+                   "(SearchEnv(plan=True), demonstration(..., plan=True)): the number of searches is decided on the "
+                   "question's words")
     args = p.parse_args()
     seed_everything(args.seed)
     index = SearchIndex(encyclopedia(seed=0, state_missing_year=True).documents if args.state_missing_year
                         else read_jsonl(DATA_DIR / "search_corpus.jsonl"))
-    env = SearchEnv(index)
+    env = SearchEnv(index, plan=args.plan)
     train = read_jsonl(DATA_DIR / "search_train.jsonl")
     validation = read_jsonl(DATA_DIR / "search_validation.jsonl")
     rng = random.Random(0)
@@ -125,6 +133,9 @@ def main() -> None:
                                                          for q, ep in zip(tasks, r.episodes, strict=True)
                                                          if q["kind"] == k)) for k in KINDS},
                "seconds": time.perf_counter() - t, "peak_rss_mb": peak_mb()}
+        if args.plan:  # the plan each episode opened with, per kind: is the number of searches read off the question?
+            out["plans"] = {k: dict(collections.Counter(first_line(ep) for q, ep in zip(tasks, r.episodes, strict=True)
+                                                        if q["kind"] == k)) for k in KINDS}
         print(name, json.dumps({k: v for k, v in out.items() if k not in ("correct", "answers")}), flush=True)
         return out
 
@@ -133,7 +144,7 @@ def main() -> None:
         model.load_state_dict(torch.load(args.sft_cache))
         row["sft"] = {"loaded": args.sft_cache}
     else:
-        conversations = [env.prompt(q)[:1] + demonstration(q, index) for q in demos]
+        conversations = [env.prompt(q)[:1] + demonstration(q, index, plan=args.plan) for q in demos]
         losses = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
                      SFTConfig(steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, bf16="auto",
                                seed=args.seed))
@@ -172,6 +183,13 @@ def main() -> None:
                       "by_template": {tp: float(r[[i for i in rows if template(sample[i]) == tp]].mean())
                                       for tp in sorted({template(sample[i]) for i in rows})},
                       "no_answer": float(np.mean([e.answer is None for e in eps]))}
+            if args.plan:  # the sampled plans, and how often each was followed and right
+                hops = {first_line(e): None for e in eps}
+                for line in hops:
+                    with_it = [i for i, e in enumerate(eps) if first_line(e) == line]
+                    hops[line] = {"share": len(with_it) / len(eps), "pass@1": float(right[with_it].mean()),
+                                  "searches": float(searches[with_it].mean())}
+                out[k]["plans"] = hops
         print(name, json.dumps(out), flush=True)
         del trainer
         return out
