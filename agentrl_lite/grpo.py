@@ -145,6 +145,11 @@ class GRPOConfig:
     It also absorbs the small mismatch of a bf16 loss pass. None: no correction"""
     seed: int = 0
     """seeds task order and sampling"""
+    stratify_by: str | None = None
+    """a task field (e.g. "kind"): each step's prompts take its values in turn, round robin, each value's tasks in
+    their own seeded order epoch after epoch, so that every update holds every value when prompts_per_step is at
+    least their number, and no value's gradient is missing from a step (lesson 09: a step of only some question
+    kinds moves a decision every kind shares). None: one seeded order over all tasks"""
     checkpoint_every: int = 0
     """save a checkpoint every this many steps into output_dir (0: never)"""
     output_dir: str | None = None
@@ -205,6 +210,12 @@ class GRPOTrainer:
         self.step_count = 0
         self.task_rng = random.Random(c.seed)
         self.order: list[int] = []
+        self.strata: dict[str, list[int]] = {}  # with stratify_by: each value's task indices, in first-seen order
+        if c.stratify_by is not None:
+            for i, task in enumerate(self.tasks):
+                self.strata.setdefault(str(task[c.stratify_by]), []).append(i)
+        self.queues: dict[str, list[int]] = {value: [] for value in self.strata}
+        self.turn = 0
         self.history: list[dict[str, float]] = []
         self.last_episodes: list[Episode] = []
         self._tracker: Callable[[dict[str, float]], None] | None = None
@@ -212,9 +223,16 @@ class GRPOTrainer:
 
     # --- data ------------------------------------------------------------------------------------------
     def next_tasks(self, n: int) -> list[dict]:
-        """Tasks in a seeded random order, epoch after epoch."""
+        """Tasks in a seeded random order, epoch after epoch (with `stratify_by`: the values in turn)."""
         out = []
         for _ in range(n):
+            if self.strata:
+                value = list(self.strata)[self.turn % len(self.strata)]
+                self.turn += 1
+                if not self.queues[value]:
+                    self.queues[value] = self.task_rng.sample(self.strata[value], len(self.strata[value]))
+                out.append(self.tasks[self.queues[value].pop()])
+                continue
             if not self.order:
                 self.order = self.task_rng.sample(range(len(self.tasks)), len(self.tasks))
             out.append(self.tasks[self.order.pop()])
@@ -493,6 +511,8 @@ class GRPOTrainer:
             "optimizer": self.optimizer.state_dict(),
             "step": self.step_count,
             "order": self.order,
+            "queues": self.queues,
+            "turn": self.turn,
             "task_rng": self.task_rng.getstate(),
             "python_rng": random.getstate(),
             "numpy_rng": np.random.get_state(),
@@ -518,6 +538,7 @@ class GRPOTrainer:
         self._sync_sampler()
         self.optimizer.load_state_dict(state["optimizer"])
         self.step_count, self.order, self.history = state["step"], state["order"], state["history"]
+        self.queues, self.turn = state.get("queues", self.queues), state.get("turn", 0)
         self.task_rng.setstate(state["task_rng"])
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_rng"])

@@ -403,6 +403,30 @@ def test_the_sampler_is_restored_with_the_policy_on_resume(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_stratified_steps_hold_every_kind_and_resume_in_the_same_order(tmp_path):
+    kinds = ("single_hop", "two_hop", "comparison")
+    tasks = [{**t, "kind": kinds[0] if i < 10 else kinds[1 + i % 2]} for i, t in enumerate(TASKS)]  # 10 / 3 / 3
+    model, tokenizer = tiny_policy(seed=0)
+    config = GRPOConfig(prompts_per_step=3, stratify_by="kind", seed=1, progress=False)
+
+    def make():
+        return GRPOTrainer(model, tokenizer, ArithmeticEnv(tools=[]), tasks, [even_token_reward], config)
+
+    trainer, plain = make(), GRPOTrainer(model, tokenizer, ArithmeticEnv(tools=[]), tasks, [even_token_reward],
+                                         GRPOConfig(prompts_per_step=3, seed=1, progress=False))
+    steps = [trainer.next_tasks(3) for _ in range(4)]
+    assert all(sorted(t["kind"] for t in step) == sorted(kinds) for step in steps), "a step lacks a kind"
+    two_hop = [t["question"] for step in steps for t in step if t["kind"] == "two_hop"]
+    assert sorted(two_hop[:3]) == sorted(t["question"] for t in tasks if t["kind"] == "two_hop"), "not an epoch"
+    assert any(sorted(t["kind"] for t in plain.next_tasks(3)) != sorted(kinds) for _ in range(4)), \
+        "without stratify_by the draw should not be stratified"
+    trainer.save_checkpoint(tmp_path / "ckpt")
+    ahead = [t["question"] for t in trainer.next_tasks(6)]
+    resumed = make()
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    assert [t["question"] for t in resumed.next_tasks(6)] == ahead
+
+
 def test_the_loss_sees_importance_weights_only_with_a_cap(tmp_path, monkeypatch):
     seen = []
     real = grpo.policy_loss

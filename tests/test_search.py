@@ -29,7 +29,7 @@ from agentrl_lite.tools import MAX_SEARCH_RESULTS, SearchIndex, Toolbox
 
 @pytest.fixture(scope="module")
 def world():
-    return encyclopedia(seed=0)
+    return encyclopedia(seed=0, state_missing_year=True)  # the course's corpus (course.data)
 
 
 @pytest.fixture(scope="module")
@@ -91,10 +91,11 @@ def test_equal_scores_come_back_in_document_order():
 def test_a_world_that_states_missing_years_differs_only_in_those_documents(world, questions):
     """`state_missing_year` writes the gap into the person's document (and `evidence` cites that sentence alone);
     every other document, and every question, stay as they are."""
-    stated = encyclopedia(seed=0, state_missing_year=True)
-    assert search_questions(stated, seed=0) == questions
+    stated, silent = world, encyclopedia(seed=0)  # the course's corpus states the gap
+    assert search_questions(silent, seed=0) == questions
     unrecorded = {p["name"] for p in world.people if p["born"] is None}
-    for plain, said in zip(world.documents, stated.documents, strict=True):
+    assert unrecorded, "no person without a year"
+    for plain, said in zip(silent.documents, stated.documents, strict=True):
         if plain["title"] in unrecorded:
             assert said["text"] == plain["text"][:-1] + "; the year of birth is not recorded."
         else:
@@ -103,6 +104,7 @@ def test_a_world_that_states_missing_years_differs_only_in_those_documents(world
     q = next(q for q in questions if q["kind"] == "unanswerable")
     assert evidence(q, index).endswith("the year of birth is not recorded.")
     assert "No year of birth is given." not in evidence(q, index)
+    assert evidence(q, SearchIndex(silent.documents)).endswith("No year of birth is given.")
 
 
 def test_the_index_finds_every_single_hop_gold_document_at_k3(index, questions):
@@ -228,7 +230,7 @@ def test_the_demonstrated_evidence_is_copied_from_what_the_search_returned(index
             assert len(sentences) == 2 and all(s.strip() in seen for s in sentences)
             assert len(re.findall(r"\b\d{3,4}\b", cited)) >= 2  # the two years, side by side
         elif q["answer"] == UNKNOWN:
-            assert cited.endswith("No year of birth is given.") and sentences[0].strip() in seen
+            assert cited.endswith("the year of birth is not recorded.") and sentences[0].strip() in seen
         else:
             assert q["answer"] in cited
             assert cited in seen or cited.startswith("The headquarters of ")

@@ -98,7 +98,9 @@ def encyclopedia(seed: int = 0, n_towns: int = 60, n_people: int = 320, n_organi
 
     state_missing_year: a person without a recorded year of birth has a document that says so ("...; the year of
     birth is not recorded.") instead of one that leaves the year out. The same world and questions either way; only
-    those documents' text differs (a design probe of lesson 09: results/notes/09_agentic_search.md, item 32)."""
+    those documents' text differs. The course's corpus (`course.data`) states it: with a second search, the other
+    people's years its snippets bring in otherwise outvote a gap nothing says (results/notes/09_agentic_search.md,
+    items 32 and 42)."""
     if n_organisations + n_works > n_people:
         raise ValueError("encyclopedia: every organisation and work needs its own person (n_people too small)")
     rng = random.Random(seed)

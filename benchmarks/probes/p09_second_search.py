@@ -46,6 +46,9 @@ from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tasks.search import KINDS, SearchEnv, demonstration, encyclopedia, failure_kind
 from agentrl_lite.tools import SearchIndex
 
+sys.path.insert(0, str(Path(__file__).parent))
+from p09_validation import StratifiedTrainer  # noqa: E402  (round robin over the kinds; item 13)
+
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -96,6 +99,8 @@ def main() -> None:
     p.add_argument("--plan", action="store_true", help="the agent writes a one-line plan before its first search "
                    "(SearchEnv(plan=True), demonstration(..., plan=True)): the number of searches is decided on the "
                    "question's words")
+    p.add_argument("--stratified", action="store_true", help="every GRPO step draws its prompts from the RL kinds "
+                   "in turn (StratifiedTrainer), so that each update holds every kind")
     args = p.parse_args()
     seed_everything(args.seed)
     index = SearchIndex(encyclopedia(seed=0, state_missing_year=True).documents if args.state_missing_year
@@ -207,7 +212,7 @@ def main() -> None:
                               correct=exact_match_reward(prompts, completions, answer=answer))
 
         correctness = otc_exact_match if args.otc else exact_match_reward
-        trainer = GRPOTrainer(model, tokenizer, env, rl_tasks, [correctness, format_reward], config,
+        trainer = (StratifiedTrainer if args.stratified else GRPOTrainer)(model, tokenizer, env, rl_tasks, [correctness, format_reward], config,
                               reward_weights=[1.0, args.format_weight])
         t = time.perf_counter()
         row["validation_during_grpo"] = {}
