@@ -272,10 +272,12 @@ class GRPOTrainer:
         frac_zero_std = frac_reward_zero_std(rewards, g)  # groups without spread teach nothing
         spread = ~zero_std_groups(rewards, g)
         reward_mean, reward_std = rewards.mean().item(), rewards.view(-1, g).std(dim=1).mean().item()
+        refills = 0
         if c.dynamic_sampling:  # keep only informative groups; refill with new tasks
             for _ in range(c.max_refills):
                 if spread.sum() >= c.prompts_per_step:
                     break
+                refills += 1
                 extra = self.sample_groups(self.next_tasks(c.prompts_per_step))
                 extra_rewards, _ = self.score(extra)
                 episodes, rewards = episodes + extra, torch.cat([rewards, extra_rewards])
@@ -310,6 +312,7 @@ class GRPOTrainer:
             **loss_metrics,
             "step_time": time.perf_counter() - start,
             "time/sampling": sampled - start,  # rollouts and rewards, refills included
+            **({"sampling/refills": float(refills)} if c.dynamic_sampling else {}),  # extra rounds of sampling
             "time/update": time.perf_counter() - sampled,
         }
         self.history.append(row)

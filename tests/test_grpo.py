@@ -427,6 +427,14 @@ def test_stratified_steps_hold_every_kind_and_resume_in_the_same_order(tmp_path)
     assert [t["question"] for t in resumed.next_tasks(6)] == ahead
 
 
+def test_dynamic_sampling_logs_its_refills(tmp_path):
+    """A reward without spread in any group makes dynamic sampling refill as often as it may, and says so."""
+    trainer = make_trainer(tmp_path / "a", steps=1, dynamic_sampling=True, max_refills=2)
+    trainer.reward_funcs = [lambda prompts, completions, **kwargs: [1.0] * len(completions)]
+    assert trainer.step()["sampling/refills"] == 2.0
+    assert "sampling/refills" not in make_trainer(tmp_path / "b", steps=1).step()
+
+
 def test_the_loss_sees_importance_weights_only_with_a_cap(tmp_path, monkeypatch):
     seen = []
     real = grpo.policy_loss
