@@ -46,9 +46,6 @@ from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tasks.search import KINDS, SearchEnv, demonstration, encyclopedia, failure_kind
 from agentrl_lite.tools import SearchIndex
 
-sys.path.insert(0, str(Path(__file__).parent))
-from p09_validation import StratifiedTrainer  # noqa: E402  (round robin over the kinds; item 13)
-
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -100,7 +97,7 @@ def main() -> None:
                    "(SearchEnv(plan=True), demonstration(..., plan=True)): the number of searches is decided on the "
                    "question's words")
     p.add_argument("--stratified", action="store_true", help="every GRPO step draws its prompts from the RL kinds "
-                   "in turn (StratifiedTrainer), so that each update holds every kind")
+                   "in turn (GRPOConfig(stratify_by=\"kind\")), so that each update holds every kind")
     args = p.parse_args()
     seed_everything(args.seed)
     index = SearchIndex(encyclopedia(seed=0, state_missing_year=True).documents if args.state_missing_year
@@ -205,14 +202,15 @@ def main() -> None:
             row["parameters"] = train_top_layers(model, args.train_top)
         config = grpo_preset(dict(steps=args.grpo_steps, prompts=args.prompts, group=args.group, lr=args.lr),
                              args.seed, max_turns=args.turns, max_new_tokens=args.max_new_tokens,
-                             gradient_checkpointing=not args.no_checkpointing, dynamic_sampling=args.dynamic_sampling)
+                             gradient_checkpointing=not args.no_checkpointing, dynamic_sampling=args.dynamic_sampling,
+                             stratify_by="kind" if args.stratified else None)
         config.rollout.temperature = args.temperature
         def otc_exact_match(prompts, completions, answer=None, tool_calls=None, **kwargs):
             return otc_reward(prompts, completions, group_size=args.group, tool_calls=tool_calls, min_calls=1,
                               correct=exact_match_reward(prompts, completions, answer=answer))
 
         correctness = otc_exact_match if args.otc else exact_match_reward
-        trainer = (StratifiedTrainer if args.stratified else GRPOTrainer)(model, tokenizer, env, rl_tasks, [correctness, format_reward], config,
+        trainer = GRPOTrainer(model, tokenizer, env, rl_tasks, [correctness, format_reward], config,
                               reward_weights=[1.0, args.format_weight])
         t = time.perf_counter()
         row["validation_during_grpo"] = {}
