@@ -20,24 +20,30 @@ HOME, LANG and thread counts only: no secret of the parent leaks), and MAX_OUTPU
 Three backends, chosen once per process: bwrap when it works, else unshare; force one with
 AGENTRL_SANDBOX=bwrap|unshare|rlimit.
 
-- ``bwrap`` (bubblewrap, Debian package ``bubblewrap``): new pid, network, ipc and uts namespaces; the
-  host filesystem read-only; /home, /root, /run and /var/tmp replaced by empty read-only tmpfs (the
-  interpreter is bound back in, read-only), so home directories, sockets and keys are out of sight; the
-  only writable place is /tmp (working directory /tmp/work), a WORKDIR_MB tmpfs that vanishes with the
-  sandbox; killing the sandbox kills every process in it.
+The code never sees the host's own folders under bwrap and unshare: its filesystem is a read-only root that
+holds only the interpreter (its base installation; of a virtual environment only pyvenv.cfg, bin/ and lib/),
+SYSTEM_PATHS (/usr, /bin, /lib*, the /etc files the loader, time zones and user lookups read), a minimal
+/dev, /proc, and a private /tmp. A checkout (its data/ with gold answers, notebooks, .git), home directories,
+sockets and keys are absent, wherever they are on the host; so is this package (the worker,
+`agentrl_lite/sandbox_worker.py`, is passed as the interpreter's -c program).
+
+- ``bwrap`` (bubblewrap, Debian package ``bubblewrap``): new pid, network, ipc and uts namespaces; that
+  filesystem, with /tmp (working directory /tmp/work) a WORKDIR_MB tmpfs, the only writable place, that
+  vanishes with the sandbox; killing the sandbox kills every process in it.
 - ``unshare`` (util-linux, on every Linux; no root needed where user namespaces are allowed): the same
   filesystem without bubblewrap. ``unshare`` starts the worker in new mount, pid, network, ipc and uts
   namespaces (and a user namespace when not root); the worker, while it holds the capabilities of its own
-  mount namespace, makes every host mount read-only (mount_setattr, Linux 5.12+), hides /home, /root,
-  /run and /var/tmp the same way and mounts the /tmp tmpfs, then gives up every capability before the first
-  cell. /dev and /proc are read-only (the host's /dev; a fresh /proc).
+  mount namespace, builds that root on a tmpfs (read-only bind mounts, made read-only with mount_setattr,
+  Linux 5.12+), switches to it and detaches the host's root (pivot_root), then gives up every capability
+  before the first cell. /dev and /proc are read-only (the host's null, zero, full, random, urandom and tty;
+  a fresh /proc).
 - ``rlimit`` (an explicit opt-out, warned about): the same rlimits, plus ``unshare`` for network and pid
   namespaces when it is permitted. The host filesystem is protected only by ordinary file permissions (the
   code can write wherever its uid can, /tmp included); the working directory is a fresh host temporary
   directory, deleted afterwards. Without namespaces, run as a normal user, it cannot stop the code from
   signalling the user's other processes or reaching the network.
 
-A backend is chosen only if a real worker started with it delivers what it promises (a read-only host and
+A backend is chosen only if a real worker started with it delivers what it promises (a read-only root and
 a writable working directory). Where neither bwrap nor unshare can (no user namespaces, macOS), running
 code raises SandboxUnavailableError, which says how to get isolation (apt install bubblewrap); only
 AGENTRL_SANDBOX=rlimit runs the code anyway.
@@ -70,6 +76,7 @@ import tempfile
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 TIMEOUT_S = 5.0  # wall-clock seconds per call; the whole process tree is killed after it
 MEMORY_MB = 512  # address space per process (RLIMIT_AS): a big allocation raises MemoryError
@@ -82,7 +89,10 @@ MAX_OUTPUT_CHARS = 4000  # characters kept from each of stdout (its head) and st
 START_TIMEOUT_S = 15.0  # seconds the sandbox may take to start before the call reports an error
 
 PRIVATE_WORKDIR = "/tmp/work"  # the working directory under bwrap and unshare, in their private /tmp
-HIDDEN_DIRS = ("/tmp", "/var/tmp", "/run", "/home", "/root")  # replaced by empty tmpfs under bwrap and unshare
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",  # programs, shared libraries
+                "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",  # where the loader finds libraries
+                "/etc/alternatives", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
+                "/etc/hosts")  # with the interpreter, all of the host that bwrap and unshare show (read-only)
 PRELOAD = ("bisect", "collections", "ctypes", "dataclasses", "datetime", "decimal", "encodings.idna",
            "fractions", "functools", "heapq", "itertools", "json", "math", "operator", "random", "re",
            "socket", "statistics", "string", "subprocess", "textwrap", "threading", "typing")
@@ -92,206 +102,15 @@ ERRNO_HINTS = {  # errno of an OSError raised by the code → the limit it ran i
     24: f"Error: open-file limit reached ({MAX_OPEN_FILES} files)",  # EMFILE
 }
 
-# The worker runs inside the sandbox with `python -I -u -c`: only the standard library, never this
-# package. Protocol: the host writes "<n bytes> <cpu seconds>\n<code>" on stdin; the worker runs the cell
-# with stdout/stderr going straight to the host's pipes and answers one JSON line on the control fd.
+# The worker (agentrl_lite/sandbox_worker.py) runs inside the sandbox as `python -I -u -c <its text>`, under a
+# first comment line naming it: the tag finds leftover workers among the host's processes.
 _WORKER_TAG = "agentrl_lite-sandbox-worker"
-_WORKER_SOURCE = f"# {_WORKER_TAG}\n" + r'''
-import json, linecache, os, resource, signal, sys, time, traceback
 
 
-def set_limit(name, soft, hard=None):
-    resource.setrlimit(getattr(resource, name), (soft, soft if hard is None else hard))
-
-
-def own_processes(uid):
-    try:
-        return sum(1 for p in os.listdir("/proc") if p.isdigit() and os.stat("/proc/" + p).st_uid == uid)
-    except OSError:
-        return 0
-
-
-def write_all(fd, data):
-    while data:
-        data = data[os.write(fd, data):]
-
-
-def run_cell(source, filename, namespace):
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    try:
-        exec(compile(source, filename, "exec"), namespace)
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return {"status": "exit", "code": exc.code or 0}
-        write_all(2, (str(exc.code) + "\n").encode("utf-8", "replace"))
-        return {"status": "exit", "code": 1}
-    except BaseException as exc:
-        try:
-            text = format_exception(exc)
-        except BaseException:
-            text = f"{type(exc).__name__}: {exc}\n"
-        write_all(2, text.encode("utf-8", "replace"))
-        return {"status": "exception", "type": type(exc).__name__, "errno": getattr(exc, "errno", None)}
-    return {"status": "ok"}
-
-
-def format_exception(exc, keep=20):
-    """The traceback without the worker's own frame; a deep one keeps only its last `keep` frames."""
-    frames, tb = [], exc.__traceback__.tb_next
-    while tb is not None:
-        frames.append(tb)
-        tb = tb.tb_next
-    omitted = max(0, len(frames) - keep)
-    lines = traceback.format_exception(type(exc), exc, frames[omitted] if frames else None)
-    if omitted:
-        header = max(i for i, line in enumerate(lines) if line.startswith("Traceback"))
-        lines.insert(header + 1, f"  [... {omitted} earlier frames omitted]\n")
-    return "".join(lines)
-
-
-def stop_strays():
-    try:
-        os.kill(-1, signal.SIGKILL)  # every other process this uid may signal inside the sandbox
-    except OSError:
-        pass
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                time.sleep(0.01)
-        except ChildProcessError:
-            return
-
-
-def checked(result, what):
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def make_read_only(libc, path, recursive):
-    attr = (ctypes.c_uint64 * 4)(1, 0, 0, 0)  # struct mount_attr: attr_set = MOUNT_ATTR_RDONLY
-    # 442 = mount_setattr (on every architecture but alpha and mips), -100 = AT_FDCWD, 0x8000 = AT_RECURSIVE
-    result = libc.syscall(442, -100, path.encode(), 0x8000 if recursive else 0, ctypes.byref(attr),
-                          ctypes.sizeof(attr))
-    checked(result, f"cannot make {path} read-only")
-
-
-def mount(libc, source, target, fstype, flags, options=None):
-    checked(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(),
-                       ctypes.c_ulong(flags), options and options.encode()), f"cannot mount {target}")
-
-
-def contain(libc, cfg):
-    """The unshare backend's filesystem, built while the worker holds its mount namespace's capabilities:
-    every host mount read-only, hidden directories replaced by empty read-only tmpfs (the interpreter
-    bound back), /tmp a fresh size-capped tmpfs holding the working directory."""
-    if os.stat("/proc/self/ns/mnt").st_ino == cfg["host_mount_ns"]:
-        raise SystemExit("refusing to remount: the worker shares the host's mount namespace")
-    os.umask(0o022)
-    mount(libc, None, "/", None, 16384 | 1 << 18)  # MS_REC | MS_PRIVATE: nothing propagates to the host
-    bound = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in cfg["bind_back"]}  # before hiding
-    make_read_only(libc, "/", recursive=True)
-    for hidden in cfg["hidden_dirs"]:
-        size = f",size={cfg['workdir_bytes']}" if hidden == "/tmp" else ""
-        mode = "1777" if hidden == "/tmp" else "0755"
-        mount(libc, "tmpfs", hidden, "tmpfs", 2 | 4, f"mode={mode}{size}")  # MS_NOSUID | MS_NODEV
-        for path, fd in bound.items():
-            if path.startswith(hidden + "/"):
-                os.makedirs(path, 0o755, exist_ok=True)  # the throwaway uid needs x on every ancestor
-                mount(libc, f"/proc/self/fd/{fd}", path, None, 4096 | 16384)  # MS_BIND | MS_REC
-                make_read_only(libc, path, recursive=True)
-        if hidden != "/tmp":
-            make_read_only(libc, hidden, recursive=False)
-    for fd in bound.values():
-        os.close(fd)
-    os.mkdir(cfg["workdir"])
-    os.chmod(cfg["workdir"], 0o1777)
-
-
-def capabilities():
-    """The capability sets this process holds (0 when none)."""
-    with open("/proc/self/status") as status:
-        return sum(int(line.split()[1], 16) for line in status if line.startswith(("CapPrm:", "CapEff:")))
-
-
-def drop_capabilities(libc, uid):
-    """Leave nothing the code could use to undo `contain`: empty bounding set (no execve regains a
-    capability), then a throwaway uid (root) or empty capability sets (root of a user namespace)."""
-    with open("/proc/sys/kernel/cap_last_cap") as last:
-        for cap in range(int(last.read()) + 1):
-            checked(libc.prctl(24, cap, 0, 0, 0), "cannot drop a capability")  # PR_CAPBSET_DROP
-    if uid is None:
-        header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # capset version 3
-        checked(libc.capset(header, data), "cannot drop capabilities")
-
-
-cfg = json.loads(sys.argv[1])
-commands = os.fdopen(os.dup(0), "rb")
-control = cfg["control_fd"]
-os.set_inheritable(control, False)
-null = os.open(os.devnull, os.O_RDONLY)
-os.dup2(null, 0)  # input() gets EOF instead of reading the command pipe
-os.close(null)
-if cfg["contain"]:  # the unshare backend: ctypes reaches mount, mount_setattr, prctl and capset
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    contain(libc, cfg)
-for module in cfg["preload"]:
-    try:
-        __import__(module)
-    except Exception:
-        pass
-set_limit("RLIMIT_CORE", 0)
-set_limit("RLIMIT_AS", cfg["memory_bytes"])
-set_limit("RLIMIT_FSIZE", cfg["max_file_bytes"])
-set_limit("RLIMIT_NOFILE", cfg["max_open_files"])
-set_limit("RLIMIT_CPU", cfg["max_cpu_s"])
-if cfg["contain"]:
-    drop_capabilities(libc, cfg["uid"])
-if cfg["uid"] is not None:
-    os.setgroups([])
-    os.setgid(cfg["uid"])
-    os.setuid(cfg["uid"])
-try:
-    import ctypes
-    ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: execve never gains privileges (setuid, caps)
-    if os.getsid(0) != os.getpid() and ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0) == 0:
-        # behind unshare --fork: new credentials cleared --kill-child's parent-death signal (set again just
-        # now); leave unshare's process group, so that kill(0, ...) by the code cannot reach unshare
-        os.setsid()
-except Exception:
-    pass
-if cfg["contain"] and capabilities():
-    raise SystemExit("refusing to run code: the worker still holds capabilities")
-uid_map = open("/proc/self/uid_map").read().split() if os.path.exists("/proc/self/uid_map") else []
-fresh_count = cfg["uid"] is not None or uid_map[:3] != ["0", "0", "4294967295"]
-# RLIMIT_NPROC counts every process of the uid; only a fresh uid or user namespace starts from zero
-nproc = cfg["max_processes"] + (0 if fresh_count else own_processes(os.getuid()))
-set_limit("RLIMIT_NPROC", nproc)
-os.chdir(cfg["workdir"])
-main_pid = os.getpid()
-namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-write_all(control, b'{"ready": true}\n')
-cell = 0
-while True:
-    header = commands.readline()
-    if not header:
-        break
-    size, cpu_s = header.split()
-    source = commands.read(int(size)).decode("utf-8", "surrogatepass")
-    cell += 1
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    soft = min(cfg["max_cpu_s"], int(used.ru_utime + used.ru_stime + float(cpu_s)) + 1)
-    set_limit("RLIMIT_CPU", soft, cfg["max_cpu_s"])
-    result = run_cell(source, f"<cell {cell}>", namespace)
-    if os.getpid() != main_pid:
-        os._exit(0)  # a child the cell forked ran off the end of the cell: it must not answer
-    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-    if cfg["stop_strays"]:
-        stop_strays()
-    write_all(control, (json.dumps(result) + "\n").encode())
-'''
+@functools.cache
+def _worker_source() -> str:
+    """The worker's program text, passed on the command line: the sandbox shows no file of this package."""
+    return Path(__file__).with_name("sandbox_worker.py").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -303,7 +122,7 @@ class Backend:
     prefix: tuple[str, ...]
     """command placed before the interpreter (bwrap or unshare and their options; may be empty)"""
     private_filesystem: bool
-    """the host filesystem is read-only and /tmp, /home, /root, /run are private"""
+    """the code sees only the interpreter and SYSTEM_PATHS, read-only, and a private /tmp"""
     network_isolated: bool
     """the code runs in its own network namespace: sockets cannot reach the host or the internet"""
     pid_namespace: bool
@@ -383,29 +202,24 @@ def _rlimit_backend(root: bool) -> Backend:
 
 
 def _bwrap_prefix(root: bool) -> tuple[str, ...]:
-    """Host read-only, private /tmp (size-capped when bwrap supports --size), interpreter bound back."""
+    """A read-only root holding only `_visible_paths`, a private /tmp (size-capped when bwrap supports
+    --size) with the working directory, a minimal /dev and a fresh /proc."""
     size = ("--size", str(WORKDIR_MB * 2**20)) if _bwrap_supports_size() else ()
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    hidden_dirs = _hidden_dirs()
-    for hidden in hidden_dirs:
-        args += ["--perms", "1777", *size, "--tmpfs", hidden] if hidden == "/tmp" else ["--tmpfs", hidden]
-    args += ["--perms", "1777", "--dir", PRIVATE_WORKDIR, "--chdir", PRIVATE_WORKDIR]
-    created: set[str] = set()
-    for path in _hidden_interpreter_dirs():
-        parent = os.path.dirname(path)
+    args = ["bwrap", "--perms", "1777", *size, "--tmpfs", "/tmp", "--perms", "1777", "--dir", PRIVATE_WORKDIR]
+    created = {"/", "/tmp"}
+    binds, symlinks = _visible_paths()
+    for path in [*symlinks, *binds]:
         ancestors = []
-        while parent not in HIDDEN_DIRS and parent not in created and parent != "/":
+        parent = os.path.dirname(path)
+        while parent not in created:
             ancestors.append(parent)
             parent = os.path.dirname(parent)
         for ancestor in reversed(ancestors):  # bwrap would create them 0700: the throwaway uid needs x
             args += ["--perms", "0755", "--dir", ancestor]
             created.add(ancestor)
-        args += ["--ro-bind", path, path]
-        created.add(path)
-    for hidden in hidden_dirs:  # only /tmp stays writable: a tmpfs fills memory, so only one, capped
-        if hidden != "/tmp":
-            args += ["--remount-ro", hidden]
-    args += ["--remount-ro", "/dev"]
+        args += ["--symlink", symlinks[path], path] if path in symlinks else ["--ro-bind", path, path]
+    args += ["--dev", "/dev", "--proc", "/proc", "--chdir", PRIVATE_WORKDIR, "--remount-ro", "/dev",
+             "--remount-ro", "/"]  # only /tmp stays writable: a tmpfs fills memory, so only one, capped
     if root:  # no user namespace: the worker needs CAP_SETUID/SETGID to become a throwaway uid, then none
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                  "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -422,26 +236,29 @@ def _bwrap_supports_size() -> bool:
     return "--size" in help_text
 
 
-def _interpreter_dirs() -> list[str]:
-    """Directories the interpreter needs (venv and base install), outermost first, no nesting."""
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                  os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))}
-    paths = sorted({os.path.abspath(p) for p in candidates} | {os.path.realpath(p) for p in candidates})
-    kept: list[str] = []
-    for path in paths:
-        if not any(path == k or path.startswith(k + "/") for k in kept):
-            kept.append(path)
-    return kept
+def _interpreter_paths() -> set[str]:
+    """The interpreter's own files: its base installation whole, and of a virtual environment only
+    pyvenv.cfg, bin/ and lib/ (never the folder holding it, which may be a checkout with its data)."""
+    paths = {sys.base_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    for prefix in {sys.prefix, sys.exec_prefix} - {sys.base_prefix, sys.base_exec_prefix}:
+        paths |= {os.path.join(prefix, name) for name in ("pyvenv.cfg", "bin", "lib", sys.platlibdir)}
+    return {os.path.abspath(p) for p in paths} | {os.path.realpath(p) for p in paths}
 
 
-def _hidden_dirs() -> list[str]:
-    """The HIDDEN_DIRS that are directories here (not symlinks: those point into the others or stay visible)."""
-    return [d for d in HIDDEN_DIRS if os.path.isdir(d) and not os.path.islink(d)]
-
-
-def _hidden_interpreter_dirs() -> list[str]:
-    """Directories the interpreter needs that a hidden directory covers: they are bound back, read-only."""
-    return [path for path in _interpreter_dirs() if any(path.startswith(d + "/") for d in HIDDEN_DIRS)]
+def _visible_paths() -> tuple[list[str], dict[str, str]]:
+    """What bwrap and unshare show of the host, read-only and at the same paths: SYSTEM_PATHS and the
+    interpreter's files that exist here. Returns (paths to bind, outermost first, none inside another;
+    symlinks to recreate: path -> target)."""
+    binds: list[str] = []
+    symlinks: dict[str, str] = {}
+    for path in sorted(p for p in {*SYSTEM_PATHS, *_interpreter_paths()} if os.path.lexists(p)):
+        if any(path.startswith(kept + "/") for kept in [*binds, *symlinks]):
+            continue
+        if os.path.islink(path):
+            symlinks[path] = os.readlink(path)
+        else:
+            binds.append(path)
+    return binds, symlinks
 
 
 def _unshare_prefixes(root: bool) -> list[tuple[str, ...]]:
@@ -545,9 +362,11 @@ class _Worker:
                   "max_open_files": MAX_OPEN_FILES, "max_cpu_s": MAX_CPU_S, "max_processes": MAX_PROCESSES,
                   "stop_strays": backend.pid_namespace or self.uid is not None, "contain": backend.name == "unshare"}
         if config["contain"]:  # what the worker needs to build its private filesystem (`contain`)
-            config.update(host_mount_ns=os.stat("/proc/self/ns/mnt").st_ino, hidden_dirs=_hidden_dirs(),
-                          bind_back=_hidden_interpreter_dirs(), workdir_bytes=WORKDIR_MB * 2**20)
-        argv = [*backend.prefix, sys.executable, "-I", "-u", "-c", _WORKER_SOURCE, json.dumps(config)]
+            binds, symlinks = _visible_paths()
+            config.update(host_mount_ns=os.stat("/proc/self/ns/mnt").st_ino, binds=binds, symlinks=symlinks,
+                          workdir_bytes=WORKDIR_MB * 2**20)
+        source = f"# {_WORKER_TAG}\n{_worker_source()}"
+        argv = [*backend.prefix, sys.executable, "-I", "-u", "-c", source, json.dumps(config)]
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, pass_fds=(control_w,),

@@ -12,11 +12,13 @@ claim to contain (filesystem writes under the rlimit opt-out) is skipped, naming
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -31,7 +33,17 @@ from agentrl_lite import sandbox
 from agentrl_lite.sandbox import Backend, PythonSession, SandboxUnavailableError, run_python
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+HELDOUT = REPO_ROOT / "data" / "arithmetic_heldout.jsonl"  # gold answers the policy must never see
+WORKER_FILE = REPO_ROOT / "agentrl_lite" / "sandbox_worker.py"
 SECRET = f"hunter2-{uuid.uuid4().hex}"
+
+
+def _names_towards_interpreter(directory: Path) -> list[str]:
+    """Entries of `directory` on the way to the interpreter's own files (a virtual environment inside the
+    checkout): the sandbox shows those, empty but for the interpreter."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths = {Path(os.path.abspath(p)) for p in prefixes} | {Path(os.path.realpath(p)) for p in prefixes}
+    return sorted({p.relative_to(directory).parts[0] for p in paths if p.is_relative_to(directory) and p != directory})
 
 
 def _owns_processes(backend: Backend) -> bool:
@@ -48,8 +60,9 @@ def _isolates_filesystem(backend: Backend) -> bool:
 class Case:
     id: str
     code: str
-    """Python source; MARKER, HOST_PID, BYSTANDER_PID, LISTEN_PORT, HOME_DIR, REPO_ROOT, OUTSIDE_NAME (a file
-    name) and OUTSIDE_TMP/VARTMP/SHM/HOME/REPO (that name in a host directory) are filled in"""
+    """Python source; MARKER, HOST_PID, BYSTANDER_PID, LISTEN_PORT, HOME_DIR, REPO_ROOT, REPO_PARENT,
+    TOWARDS_INTERPRETER (the names in those two that lead to the interpreter's files, a list), OUTSIDE_NAME (a
+    file name) and OUTSIDE_TMP/VARTMP/SHM/HOME/REPO (that name in a host directory) are filled in"""
     expect: tuple[str, ...]
     """regular expressions that must all match the observation"""
     forbid: tuple[str, ...] = ()
@@ -61,6 +74,7 @@ class Case:
 
 TIMED_OUT = r"Error: timed out after 1\.0 s \(the code was stopped\)"
 WRITE_REFUSED = r"Read-only file system|Permission denied|No such file or directory"
+READ_REFUSED = r"No such file or directory|Permission denied"
 
 CASES = [
     Case("fork_bomb", "import os\nwhile True:\n    os.fork()",
@@ -136,6 +150,18 @@ CASES = [
          "script = f\"{escape}; unshare -rm sh -c '{escape}'; echo done\"\n"
          "r = subprocess.run(['sh', '-c', script], capture_output=True, text=True)\nprint(r.stdout + r.stderr)",
          (r"^done\n", rf"touch: cannot touch '[^']*agentrl_escape_[^']*': ({WRITE_REFUSED})"), needs=_isolates_filesystem),
+    Case("read_checkout_data",
+         "for label, path in [('heldout', 'REPO_ROOT/data/arithmetic_heldout.jsonl'), ('readme', 'REPO_ROOT/README.md'),\n"
+         "                    ('package', 'REPO_ROOT/agentrl_lite/sandbox.py')]:\n    try:\n"
+         "        print(label, open(path).readline())\n    except OSError as exc:\n        print(label, exc.strerror)",
+         (rf"^heldout ({READ_REFUSED})\nreadme ({READ_REFUSED})\npackage ({READ_REFUSED})\n$",),
+         needs=_isolates_filesystem),
+    Case("list_checkout_and_siblings",
+         "import os\nfor label, path in [('checkout', 'REPO_ROOT'), ('parent', 'REPO_PARENT'), ('data', 'REPO_ROOT/data')]:\n"
+         "    try:\n        print(label, sorted(set(os.listdir(path)) - set(TOWARDS_INTERPRETER)))\n"
+         "    except OSError as exc:\n        print(label, exc.strerror)",
+         (rf"^checkout (\[\]|{READ_REFUSED})\nparent (\[\]|{READ_REFUSED})\ndata ({READ_REFUSED})\n$",),
+         needs=_isolates_filesystem),
     Case("read_environment", "import os\nprint(sorted(os.environ))", (r"'PATH'",), forbid=(r"AGENTRL_TEST_SECRET",)),
     Case("read_parent_environ", "print(open('/proc/HOST_PID/environ').read())",
          (r"FileNotFoundError|PermissionError",), needs=_owns_processes),
@@ -209,7 +235,7 @@ def worker_tag(monkeypatch) -> str:
     """A tag unique to this test in every worker's command line, to find leftovers (other test runs on
     the machine may have sandboxes of their own)."""
     tag = f"agentrl-test-worker-{uuid.uuid4().hex}"
-    monkeypatch.setattr(sandbox, "_WORKER_SOURCE", f"# {tag}\n{sandbox._WORKER_SOURCE}")
+    monkeypatch.setattr(sandbox, "_WORKER_TAG", tag)
     return tag
 
 
@@ -277,7 +303,10 @@ def test_hostile_code_is_contained(case: Case, backend: Backend, bystander, list
     code = case.code
     for token, value in [("MARKER", marker), ("HOST_PID", str(os.getpid())), ("BYSTANDER_PID", str(bystander.pid)),
                          ("LISTEN_PORT", str(listener.getsockname()[1])), ("HOME_DIR", str(Path.home())),
-                         ("REPO_ROOT", str(REPO_ROOT)), ("OUTSIDE_NAME", name),
+                         ("REPO_ROOT", str(REPO_ROOT)), ("REPO_PARENT", str(REPO_ROOT.parent)),
+                         ("TOWARDS_INTERPRETER", repr(_names_towards_interpreter(REPO_ROOT)
+                                                      + _names_towards_interpreter(REPO_ROOT.parent))),
+                         ("OUTSIDE_NAME", name),
                          *[(f"OUTSIDE_{key}", str(d / name)) for key, d in host_dirs.items()]]:
         code = code.replace(token, value)
     workdirs_before = _sandbox_workdirs()
@@ -512,6 +541,52 @@ def test_non_positive_timeout_is_rejected():
         run_python("print(1)", timeout_s=0)
 
 
-def test_the_worker_does_not_import_the_project():
-    assert "agentrl_lite" not in sandbox._WORKER_SOURCE.replace(sandbox._WORKER_TAG, "")
+def test_the_worker_imports_only_the_standard_library():
+    tree = ast.parse(WORKER_FILE.read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported and imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names
     assert run_python("import sys\nprint(sorted(m for m in sys.modules if m.startswith('agentrl')))") == "[]\n"
+
+
+def test_the_sandbox_runs_the_worker_module_file(backend, worker_tag):
+    """The worker is a real module (ruff, coverage and editors see it), not code in a string: the program
+    the sandboxed interpreter was given with -c is that file's text under the tag line, byte for byte."""
+    with PythonSession() as python:
+        assert python.run("print('up')") == "up\n"
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    for pid in _processes_containing(worker_tag)]
+    assert commands, "the worker's process must be found by its tag"
+    expected = f"# {worker_tag}\n{WORKER_FILE.read_text()}".encode()
+    assert all(argv[argv.index(b"-c") + 1] == expected for argv in commands)
+    assert not any(isinstance(value, str) and "def run_cell" in value for value in vars(sandbox).values())
+
+
+def test_a_checkout_outside_home_and_tmp_is_hidden(backend):
+    """A copy of the package and of a data file in a folder outside $HOME and /tmp (/srv, else /var/lib):
+    a sandbox started from that copy can neither read the data file nor list the folder."""
+    if not _isolates_filesystem(backend):
+        pytest.skip(f"the {backend.name} backend does not claim to hide the host's files")
+    parent = next((Path(d) for d in ("/srv", "/var/lib") if os.access(d, os.W_OK)), None)
+    if parent is None:
+        pytest.skip("neither /srv nor /var/lib is writable here")
+    checkout = parent / f"agentrl-test-{uuid.uuid4().hex}"
+    try:
+        shutil.copytree(REPO_ROOT / "agentrl_lite", checkout / "agentrl_lite",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        (checkout / "data").mkdir()
+        shutil.copy(HELDOUT, checkout / "data" / HELDOUT.name)
+        code = ("import os\nfor label, read in [('heldout', lambda: open('CHECKOUT/data/HELDOUT').readline()),\n"
+                "                    ('checkout', lambda: os.listdir('CHECKOUT'))]:\n    try:\n"
+                "        print(label, read())\n    except OSError as exc:\n        print(label, exc.strerror)")
+        code = code.replace("CHECKOUT", str(checkout)).replace("HELDOUT", HELDOUT.name)
+        script = ("import sys\nsys.path.insert(0, sys.argv[1])\nfrom agentrl_lite import sandbox\n"
+                  "assert sandbox.__file__.startswith(sys.argv[1]), sandbox.__file__\n"
+                  "print(sandbox.run_python(sys.argv[2]), end='')")
+        result = subprocess.run([sys.executable, "-c", script, str(checkout), code], capture_output=True,
+                                text=True, timeout=120, cwd="/", env={**os.environ, "AGENTRL_SANDBOX": backend.name})
+    finally:
+        shutil.rmtree(checkout, ignore_errors=True)
+    assert result.returncode == 0, result.stderr[-1500:]
+    assert result.stdout == "heldout No such file or directory\ncheckout No such file or directory\n"
