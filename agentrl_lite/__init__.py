@@ -19,34 +19,14 @@ The RL library, one module per pipeline stage, in the order data flows through t
     viz         plots and the trajectory viewer
 
 Task families live in `agentrl_lite.tasks` (arithmetic, word problems, function calls and BFCL, search over a
-generated encyclopedia, kernel generation), course tooling in `agentrl_lite.course` (profiles, results files,
-data files, exercises, runner, README tables, CLI).
+generated encyclopedia, kernel generation, memory), course tooling in `agentrl_lite.course` (profiles, results
+files, data files, exercises, runner, generated docs, CLI). Layers point one way: core <- tasks <- course.
+
+`paths` says where files live; `torch_defaults` holds the one import-time effect (environment defaults for
+torch's caches, each overridable) and says why.
 """
 
-import os
-from pathlib import Path
-
-
-def cache_root() -> Path:
-    """Where the course keeps its caches: $AGENTRL_CACHE, else ~/.cache/agentrl_lite (not created here)."""
-    return Path(os.environ.get("AGENTRL_CACHE") or Path.home() / ".cache" / "agentrl_lite")
-
-
-# torch creates its compiler cache when torch._dynamo is first imported (loading a model does it), by default in
-# /tmp/torchinductor_<user>, where it outlives every run. Keep it with the course's other caches unless the user
-# chose a place (the directory is torch's to create).
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "torchinductor"))
-
-# Under bf16 on a CPU every new matrix shape compiles a oneDNN kernel, kept in two caches: oneDNN's own (1024
-# kernels by default) and that of PyTorch's oneDNN wrapper, ideep (LRU_CACHE_CAPACITY, 1024). RL passes change
-# width with every batch, so both fill: about 17 MB a shape, over a gigabyte in one lesson
-# (benchmarks/probes/onednn_shapes.py). Small caps keep the memory flat. Both libraries read these variables
-# when they first build a kernel, so setting them here works even after torch was imported.
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "32")
-os.environ.setdefault("LRU_CACHE_CAPACITY", "16")
-
-from agentrl_lite.course.profiles import resolve_profile, seed_everything  # noqa: E402
-from agentrl_lite.course.results import write_results  # noqa: E402
+from agentrl_lite import torch_defaults  # noqa: F401  (sets torch's cache defaults; see that module)
 
 __version__ = "0.1.0"
-__all__ = ["resolve_profile", "seed_everything", "write_results", "__version__"]
+__all__ = ["__version__"]

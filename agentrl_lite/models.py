@@ -32,7 +32,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from agentrl_lite import cache_root
+from agentrl_lite.paths import cache_root
 
 EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -128,7 +128,7 @@ def bf16_is_fast(device: torch.device | str = "cpu") -> bool:
 
     CUDA: `torch.cuda.is_bf16_supported()`. An x86 CPU: the AVX512-BF16 or AMX instructions. oneDNN also accepts
     bf16 on AVX512 CPUs without them, by emulation: on such a Xeon a bf16 matrix product took 3.8× and an SFT
-    step 3.0× the fp32 time (results/bench_bf16.json, `benchmarks/bf16_speed.py`). Other CPUs (ARM): oneDNN's
+    step 3.0× the fp32 time (results/bench/bench_bf16.json, `benchmarks/bf16_speed.py`). Other CPUs (ARM): oneDNN's
     own report.
     """
     device = torch.device(device)
@@ -154,7 +154,7 @@ def fast_sampler_dtype(device: torch.device | str = "cpu") -> str | None:
     """The dtype of a sampling copy worth making for a policy on `device`, or None.
 
     Decoding reads every weight once per token, and bf16 halves the bytes: where bf16 runs natively
-    (`bf16_is_fast`) a bf16 copy decodes about 1.6× faster than the fp32 policy (results/bench_grpo_step.json,
+    (`bf16_is_fast`) a bf16 copy decodes about 1.6× faster than the fp32 policy (results/bench/bench_grpo_step.json,
     on a CPU with AVX512-BF16). Where bf16 is emulated it is slower: None there.
     """
     return "bfloat16" if bf16_is_fast(device) else None

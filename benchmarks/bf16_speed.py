@@ -10,7 +10,7 @@ oneDNN may still accept bf16 and emulate it. This times, fp32 against bf16, on S
 
 The two settings alternate over `--repeats` rounds so both see the same machine state. Usage:
 
-    python benchmarks/bf16_speed.py [--repeats 3]     # writes results/bench_bf16.json
+    python benchmarks/bf16_speed.py [--repeats 3]     # writes results/bench/bench_bf16.json
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 
-from agentrl_lite import write_results
+from agentrl_lite.course import write_results
 from agentrl_lite.engine import Engine
 from agentrl_lite.models import bf16_is_fast, load_policy, sampling_copy
 

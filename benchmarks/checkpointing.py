@@ -6,7 +6,7 @@ SFT step (lesson 05's demonstrations, batch 8, bf16 autocast, 1024-token passes)
 the process, each setting in a fresh process (a process's peak never comes down), the settings interleaved over
 `--repeats` rounds so that both see the same machine state. Usage:
 
-    python benchmarks/checkpointing.py [--steps 3] [--repeats 3]     # writes results/bench_checkpointing.json
+    python benchmarks/checkpointing.py [--steps 3] [--repeats 3]     # writes results/bench/bench_checkpointing.json
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ on a bf16 copy of the weights (`kv_cache_bf16`, what the trainer samples with) a
 FLOPs per token at the measured fp32 1024² matmul rate; the bf16 rate is recorded too); and the peak RSS of a
 batch-64 rollout with each, each in a fresh process. Usage:
 
-    python benchmarks/grpo_step.py [--steps 4] [--out results/bench_grpo_step.json]
+    python benchmarks/grpo_step.py [--steps 4] [--out results/bench/bench_grpo_step.json]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from agentrl_lite import seed_everything, write_results
+from agentrl_lite.course import seed_everything, write_results
 from agentrl_lite.grpo import GRPOConfig, GRPOTrainer
 from agentrl_lite.models import load_policy
 from agentrl_lite.rewards import as_trl_reward, final_number_reward
@@ -82,7 +82,7 @@ def bench(model, tokenizer, tasks, env, tools, steps: int, max_turns: int) -> di
     ours_model = copy.deepcopy(model)
     config = GRPOConfig(steps=steps, prompts_per_step=1, group_size=GROUP, lr=LR,  # dapo: LossConfig's default
                         micro_batch_size=GROUP, progress=False, bf16_loss=True, sampler_dtype=SAMPLER_DTYPE,
-                        gradient_checkpointing=False,  # as measured in results/bench_grpo_step.json
+                        gradient_checkpointing=False,  # as measured in results/bench/bench_grpo_step.json
                         rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=MAX_NEW_TOKENS,
                                               temperature=1.0, batch_size=GROUP, progress=False))
     ours = GRPOTrainer(ours_model, tokenizer, env, tasks, [correct], config)

@@ -5,7 +5,7 @@ to twice slower on some days (session 29's CI: every lesson from 04 on over the 
 so the notebook test stretches the budget by how much slower this machine runs `runner.reference_workload` than
 the reference does. Run this on an idle machine whose smoke runtimes are the ones the budget was set from:
 
-    python benchmarks/smoke_reference.py [--repeats 7]     # writes results/bench_smoke_reference.json
+    python benchmarks/smoke_reference.py [--repeats 7]     # writes results/bench/bench_smoke_reference.json
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from agentrl_lite import write_results
+from agentrl_lite.course import write_results
 from agentrl_lite.course.runner import reference_workload
 
 

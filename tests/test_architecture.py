@@ -75,18 +75,44 @@ def test_a_cycle_would_be_found():
 
 
 def layer(name: str) -> str:
-    if name.startswith("agentrl_lite.course"):
+    """The package root counts as core: importing any module runs it first."""
+    if name.startswith("agentrl_lite.course") or name == "agentrl_lite.__main__":
         return "course"
     if name.startswith("agentrl_lite.tasks"):
         return "tasks"
     return "core"
 
 
-@pytest.mark.parametrize("name", sorted(n for n in MODULES if n not in ("agentrl_lite", "agentrl_lite.__main__")))
-def test_the_rl_core_does_not_depend_on_tasks_or_course_and_tasks_not_on_course(name):
+def wrong_imports(name: str, graph: dict[str, set[str]]) -> list[str]:
     allowed = {"core": {"core"}, "tasks": {"core", "tasks"}, "course": {"core", "tasks", "course"}}[layer(name)]
-    wrong = sorted(t for t in GRAPH[name] if layer(t) not in allowed)
+    return sorted(t for t in graph[name] if layer(t) not in allowed)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_the_rl_core_does_not_depend_on_tasks_or_course_and_tasks_not_on_course(name):
+    wrong = wrong_imports(name, GRAPH)
     assert not wrong, f"{name} ({layer(name)}) imports {wrong}"
+
+
+def test_an_arrow_back_up_would_be_found():
+    """The layer check can fail: the package root importing course code (as it once did) is reported."""
+    graph = {**GRAPH, "agentrl_lite": GRAPH["agentrl_lite"] | {"agentrl_lite.course.results"}}
+    assert wrong_imports("agentrl_lite", graph) == ["agentrl_lite.course.results"]
+
+
+@pytest.mark.parametrize("core", ["agentrl_lite.loss", "agentrl_lite.models", "agentrl_lite.grpo",
+                                  "agentrl_lite.tasks.search"])
+def test_importing_a_core_module_runs_no_course_code(core):
+    """A fresh interpreter: importing the RL core (or a task family) must not load agentrl_lite.course."""
+    import subprocess
+    import sys
+
+    code = (f"import sys, {core}\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('agentrl_lite.course'))\n"
+            "print(','.join(loaded))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "", f"importing {core} loaded course modules: {out.stdout.strip()}"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

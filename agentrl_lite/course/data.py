@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from agentrl_lite.tasks import DATA_DIR, write_jsonl
+from agentrl_lite.paths import data_dir as default_data_dir
+from agentrl_lite.tasks import write_jsonl
 from agentrl_lite.tasks.arithmetic import (
     arithmetic_tasks,
     calculator_demonstration,
@@ -28,9 +29,10 @@ SEARCH_SFT_PER_KIND = {"single_hop": 64, "two_hop": 96, "comparison": 64, "unans
 """search demonstrations per question kind: the multi-search kinds get more than their share of questions"""
 
 
-def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
-    """Regenerate every data file. Seeds are fixed here, so the output is byte-identical every time."""
-    data_dir = Path(data_dir)
+def build_all(data_dir: Path | str | None = None) -> list[Path]:
+    """Regenerate every data file (default: the checkout's data/). Seeds are fixed here, so the output is
+    byte-identical every time."""
+    data_dir = Path(data_dir or default_data_dir())
     train = arithmetic_tasks(512, seed=1)
     heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
     demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
@@ -39,7 +41,7 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     calls_train, calls_heldout, calls_sft = function_calling_splits()
     words_train, words_heldout, words_sft = word_problem_splits()
     dialogues = memory_dialogues(seed=0)
-    world = encyclopedia(seed=0, state_missing_year=True)  # a gap the documents state (notes item 32, item 42)
+    world = encyclopedia(seed=0, state_missing_year=True)  # a gap the documents state (docs/design/09_agentic_search.md)
     questions = search_questions(world, seed=0)
     search_train = [q for q in questions if q["split"] == "train"]
     index = SearchIndex(world.documents)
@@ -76,11 +78,11 @@ def build_all(data_dir: Path | str = DATA_DIR) -> list[Path]:
     return [data_dir / name for name in files]
 
 
-def load_dataset(name: str, data_dir: Path | str = DATA_DIR):
+def load_dataset(name: str, data_dir: Path | str | None = None):
     """Load `data/<name>.jsonl` as a `datasets.Dataset` (no network; a clear error if it is missing)."""
     import datasets
 
-    path = Path(data_dir) / f"{name}.jsonl"
+    path = Path(data_dir or default_data_dir()) / f"{name}.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found. Regenerate the data with: agentrl-lite data")
     return datasets.Dataset.from_json(str(path))

@@ -24,7 +24,8 @@ from typing import Any
 
 from agentrl_lite.chat import ToolCall, format_tool_call
 from agentrl_lite.episode import Episode
-from agentrl_lite.tasks import DATA_DIR, read_jsonl
+from agentrl_lite.paths import data_dir
+from agentrl_lite.tasks import read_jsonl
 from agentrl_lite.tools import calculator
 
 NAMES = ["Maya", "Omar", "Lena", "Kofi", "Ines", "Ravi", "Yuki", "Tomas", "Amara", "Chen", "Sofia", "Jonas"]
@@ -190,9 +191,9 @@ def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int =
     def keep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in rows if len(r["steps"]) <= max_steps]
 
-    train = keep(read_jsonl(DATA_DIR / "word_problems_train.jsonl"))
-    heldout = keep(read_jsonl(DATA_DIR / f"word_problems_{split}.jsonl"))
-    demos = keep(read_jsonl(DATA_DIR / "word_problems_sft.jsonl"))
+    train = keep(read_jsonl(data_dir() / "word_problems_train.jsonl"))
+    heldout = keep(read_jsonl(data_dir() / f"word_problems_{split}.jsonl"))
+    demos = keep(read_jsonl(data_dir() / "word_problems_sft.jsonl"))
     moved: list[dict[str, Any]] = []
     for template, n in extra_demos.items():
         pool = [t for t in train if t["template"] == template]
