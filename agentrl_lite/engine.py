@@ -56,7 +56,7 @@ KEY_SPAN_STEP = 64
 """attention reads each row's keys in spans that grow in steps of this many columns, the columns not yet written
 masked. On a CPU, oneDNN compiles and caches a kernel per matrix shape for bf16 products; a span that grew by one
 column per decoded token gave every step new shapes, and the cached kernels took gigabytes in lesson 05's bf16
-BFCL evaluation (results/notes/05_rl_for_tool_calls.md)"""
+BFCL evaluation (docs/design/05_rl_for_tool_calls.md)"""
 
 PREFIX_ATTENTION = "agentrl_shared_prefix"
 """the name `_prefix_attention` is registered under in transformers' `AttentionInterface`"""
@@ -78,7 +78,7 @@ def _prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     A chunk of q > 1 tokens takes SDPA over the prefix and the row's keys concatenated instead (a copy of one
     layer's prefix per row, freed with the layer): the split writes its float32 scores, B·heads·q·(P + L) of them,
     which made lesson 05's evaluation, whose BFCL prompts put about 500 tokens after the prefix, slower than
-    SDPA's fused kernel (results/bench_engine_prefill.json). A decoded token (q = 1) writes few scores, and there
+    SDPA's fused kernel (results/bench/bench_engine_prefill.json). A decoded token (q = 1) writes few scores, and there
     the split saves the copy.
     """
     prefix = _PREFIX.get()

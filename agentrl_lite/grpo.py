@@ -133,7 +133,7 @@ class GRPOConfig:
     gradient_checkpointing: bool = True
     """the loss pass keeps no decoder layer's activations for the backward pass and recomputes them
     (`logprobs.checkpointed_layers`): the same gradient in less memory and more time. On by default, as in TRL's
-    GRPOConfig: it lowers a lesson's peak memory (results/bench_checkpointing.json)"""
+    GRPOConfig: it lowers a lesson's peak memory (results/bench/bench_checkpointing.json)"""
     sampler_dtype: str | None = None
     """sample with a copy of the policy in this dtype, e.g. "bfloat16" (decoding reads half the weight bytes:
     about 1.6x faster on a CPU with bf16 instructions); the copy is refreshed after every optimizer step and

@@ -55,7 +55,7 @@ class SFTConfig:
     gradient_checkpointing: bool = True
     """keep no decoder layer's activations for the backward pass, only its input, and run the layer again when
     the backward pass needs them (`logprobs.checkpointed_layers`): the same loss and gradient in less memory and
-    more time. On by default, as in TRL's SFTConfig: it lowers a lesson's peak memory (results/bench_checkpointing.json)"""
+    more time. On by default, as in TRL's SFTConfig: it lowers a lesson's peak memory (results/bench/bench_checkpointing.json)"""
 
     def __post_init__(self) -> None:
         lr_at(0, self)  # a bad schedule name fails where the config is made, before any work

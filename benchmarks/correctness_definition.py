@@ -7,15 +7,16 @@ store their held-out outputs, so this script measures the disagreement on fresh 
 the lessons evaluate: the raw model, and the cold starts of lessons 01, 06 and 07, greedy (as the lessons
 evaluate) and sampled at temperature 1 (where odd answers are more frequent).
 
-    python benchmarks/correctness_definition.py            # writes results/probe_correctness_definition.json
+    python benchmarks/correctness_definition.py            # writes results/bench/bench_correctness_definition.json
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
 
-from agentrl_lite import seed_everything, write_results
+from agentrl_lite.course import seed_everything, write_results
 from agentrl_lite.evaluate import evaluate
 from agentrl_lite.models import load_policy
 from agentrl_lite.rewards import answers_match, last_number
@@ -71,6 +72,7 @@ def probe(model, tokenizer, env, tasks, turns: int, tokens: int, samples: int) -
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     start = time.perf_counter()
     seed_everything(SEED)
     model, tokenizer = load_policy()
@@ -109,7 +111,7 @@ def main() -> None:
     episodes = sum(m[k]["n"] for m in metrics.values() for k in m)
     metrics["summary"] = {"episodes": episodes, "episodes_scored_twice": 2 * episodes, "disagreements": total}
     metrics["seconds"] = time.perf_counter() - start
-    path = write_results("probe_correctness_definition", metrics, profile="cpu",
+    path = write_results("bench_correctness_definition", metrics, profile="cpu",
                          model="SmolLM2-135M-Instruct (embedded)", seed=SEED)
     print(f"{total} disagreements in {2 * episodes} scorings of {episodes} episodes; wrote {path}")
 

@@ -6,7 +6,7 @@ Each engine runs in a fresh process (SmolLM2-135M, fp32), alternating, `--repeat
 evaluations only; the greedy completions of both engines must be the same.
 Usage:
 
-    python benchmarks/engine_prefill.py --old-rev c39e291   # writes results/bench_engine_prefill.json
+    python benchmarks/engine_prefill.py --old-rev c39e291   # writes results/bench/bench_engine_prefill.json
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the whole budget and ends its turn on the last token), then a 100-token tool rep
 runs in a fresh process (SmolLM2-135M, fp32), alternating, `--repeats` rounds; wall time covers sampling only.
 Usage:
 
-    python benchmarks/engine_shared_prefix.py --old-rev 35f0b56   # writes results/bench_engine_shared_prefix.json
+    python benchmarks/engine_shared_prefix.py --old-rev 35f0b56   # writes results/bench/bench_engine_shared_prefix.json
 """
 
 from __future__ import annotations

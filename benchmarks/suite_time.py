@@ -1,8 +1,10 @@
-"""How long `make test` took: reads the log of a `make test` run (pytest's `--durations=0` lines, its notebook
-runtimes section and its closing summary) and writes results/bench_test_suite.json, which the README's runtimes
-quote (the machine's file: results/, as cpu measurements are; the notebooks ran in the smoke profile). Usage:
+"""How long `make test` took: reads the log of a `make test` run (pytest's `--durations` lines, its notebook
+runtimes sections, the lessons' under nbval included, and its closing summary), and optionally that of a
+`make unit` run, and writes results/bench/bench_test_suite.json (docs/results.md renders it). Usage, from the
+repository root on a quiet machine:
 
-    make test 2>&1 | tee test.log; python benchmarks/suite_time.py test.log [--note "what else ran"]
+    make test 2>&1 | tee test.log; make unit 2>&1 | tee unit.log
+    .venv/bin/python benchmarks/suite_time.py test.log --unit-log unit.log [--note "what else ran"]
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import re
 from pathlib import Path
 
-from agentrl_lite import write_results
+from agentrl_lite.course import write_results
 
 
 def parse(log: str) -> dict:
@@ -21,7 +23,7 @@ def parse(log: str) -> dict:
     failed, passed, skipped, seconds = summary[-1]
     notebooks = {m[0]: float(m[1]) for m in re.findall(r"^((?:notebooks|solutions|exercises)/\S+\.ipynb): ([\d.]+)s  ", log, re.M)}
     calls = [(float(s), name) for s, name in re.findall(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S+)", log, re.M)]
-    in_notebook_tests = sum(s for s, name in calls if name.startswith("tests/test_notebooks.py"))
+    in_notebook_tests = sum(s for s, name in calls if name.startswith(("tests/test_notebooks.py", "notebooks/")))
     return {"seconds": float(seconds), "failed": int(failed or 0), "passed": int(passed), "skipped": int(skipped or 0),
             "notebook_seconds": notebooks,
             **{f"{part}_seconds": sum(s for n, s in notebooks.items() if n.startswith(f"{folder}/"))
@@ -32,9 +34,15 @@ def parse(log: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("log", type=Path)
+    parser.add_argument("--unit-log", type=Path, help="the log of a `make unit` run on the same machine")
     parser.add_argument("--note", default="nothing else ran")
     args = parser.parse_args()
-    metrics = {**parse(args.log.read_text()), "notebooks_profile": "smoke", "note": args.note}
+    from agentrl_lite.models import bf16_is_fast
+
+    metrics = {**parse(args.log.read_text()), "notebooks_profile": "smoke", "lessons_runner": "nbval",
+               "fast_bf16": bf16_is_fast(), "note": args.note}
+    if args.unit_log:
+        metrics["unit_seconds"] = parse(args.unit_log.read_text())["seconds"]
     print({k: v for k, v in metrics.items() if k != "notebook_seconds"})
     write_results("bench_test_suite", metrics, profile="cpu", model="SmolLM2-135M-Instruct (embedded)", seed=0)
 

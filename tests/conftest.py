@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+collect_ignore_glob = ["fixtures/*"]  # the runner's fixture notebooks are inputs of tests, not lessons for nbval
+
 NOTEBOOK_RUNTIMES = pytest.StashKey[list[tuple[str, float, str]]]()
 
 

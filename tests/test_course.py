@@ -291,7 +291,7 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
                  {"notebook": "02_c.ipynb", "status": "failed", "seconds": 5.0}])
     path = record_course_run(whole)
     record = json.loads(path.read_text())
-    assert path == tmp_path / "results" / "course_cpu.json"
+    assert path == tmp_path / "results" / "bench" / "course_cpu.json"
     assert record["command"] == "make course PROFILE=cpu" and record["profile"] == "cpu"
     metrics = record["metrics"]
     assert metrics["notebooks"]["01_b.ipynb"]["seconds"] == BUDGET_S["cpu"] + 1.0
@@ -329,7 +329,7 @@ def test_a_lesson_measured_on_both_kinds_of_machine_keeps_a_row_of_each(tmp_path
     """A bf16 machine runs a lesson 2-3x faster than one without: its row must not hide the slower one."""
     import json
 
-    from agentrl_lite.course.readme import render_course_cpu
+    from agentrl_lite.course.docs import render_course_cpu
     from agentrl_lite.course.runner import BUDGET_S, record_course_run
 
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
@@ -375,21 +375,26 @@ def test_a_lesson_measured_on_both_kinds_of_machine_keeps_a_row_of_each(tmp_path
 
 
 def test_readme_marks_a_lesson_done_only_by_its_written_rule():
-    """README's status rule: ✅ needs no learning claim (00, 02) or a claim measured over ≥3 seeds."""
+    """README's status rule, recomputed here from the files: ✅ needs no learning claim (00, 02) or a claim measured
+    over ≥3 seeds; and the rendered table agrees with `docs.lesson_status` for every lesson."""
     import re
+
+    from agentrl_lite.course.docs import lesson_status
+    from agentrl_lite.course.reproduce import verdict
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()
-    assert "**Status marks** follow one rule" in readme
-    done = re.findall(r"^\| (\d\d) \| .*\| ✅[^|]*\|$", readme, flags=re.MULTILINE)
-    assert done, "no lesson marked done: the table's format changed?"
+    assert "Status marks follow one rule" in readme
+    rows = dict(re.findall(r"^\| (\d\d) \| \[[^]]+\]\([^)]+\) \| (\S+) \|", readme, flags=re.MULTILINE))
+    assert len(rows) == len(list((root / "notebooks").glob("*.ipynb"))), "one row per lesson: the table's format changed?"
+    assert rows == {lesson: lesson_status(lesson, root / "results") for lesson in rows}, "README.md is stale"
+    done = [lesson for lesson, mark in rows.items() if mark == "✅"]
+    assert done, "no lesson marked done"
     for lesson in done:
         if lesson in ("00", "02"):
             continue
-        from agentrl_lite.course.reproduce import verdict
-
-        seeds_files = list((root / "results").glob(f"{lesson}_*_seeds.json"))
-        own = [json.loads(p.read_text()) for p in (root / "results").glob(f"{lesson}_*.json") if p not in seeds_files]
+        seeds_files = list((root / "results" / "lessons").glob(f"{lesson}_*_seeds.json"))
+        own = [json.loads(p.read_text()) for p in (root / "results" / "lessons").glob(f"{lesson}_*.json") if p not in seeds_files]
         multi = any(len(r.get("metrics", {}).get("seeds", [])) >= 3 for r in own)
         gain = any(verdict(c) == "gain" for p in seeds_files
                    for c in json.loads(p.read_text())["metrics"].get("comparisons", {}).values())
@@ -397,7 +402,7 @@ def test_readme_marks_a_lesson_done_only_by_its_written_rule():
 
 
 def test_the_readme_states_the_ram_lessons_need_from_measured_peaks():
-    from agentrl_lite.course.readme import memory_statement
+    from agentrl_lite.course.docs import memory_statement
 
     text = memory_statement({"04_a.ipynb": {"peak_rss_mb": 3900.0}, "05_b.ipynb": {"peak_rss_mb": 4300.0},
                              "06_c.ipynb": {"peak_rss_mb": None}})
@@ -411,7 +416,7 @@ def test_the_readme_states_the_ram_lessons_need_from_measured_peaks():
 
 
 def test_a_contended_runtime_is_marked_in_the_readme_table():
-    from agentrl_lite.course.readme import render_course_cpu
+    from agentrl_lite.course.docs import render_course_cpu
 
     row = {"status": "ok", "seconds": 600.0, "peak_rss_mb": 3000.0, "run_dir": "r", "device": "AMD EPYC (2 cores)"}
     results = {"command": "make course", "date": "2026-11-27", "device": "AMD EPYC (2 cores)",
@@ -425,3 +430,19 @@ def test_a_contended_runtime_is_marked_in_the_readme_table():
     results["metrics"]["notebooks"]["02_b.ipynb"] = {**row, "bf16": False, "device": "Intel Xeon (2 cores)"}
     text = render_course_cpu(results)
     assert "| AMD EPYC (2 cores), bf16 | `runs/r` |" in text and "| Intel Xeon (2 cores), fp32 | `runs/r` |" in text
+
+
+def test_every_lesson_with_a_design_page_links_to_it_and_every_link_resolves():
+    """Design decisions live in docs/design/, not in the lessons: each lesson with a page names it, and every
+    docs/design path a lesson, the library or the docs name exists."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    for page in (root / "docs" / "design").glob("[0-9][0-9]_*.md"):
+        lesson = root / "notebooks" / f"{page.stem}.ipynb"
+        assert lesson.exists(), f"{page.name} names no lesson"
+        assert f"docs/design/{page.name}" in lesson.read_text(), f"{lesson.name} does not link {page.name}"
+    texts = [*root.glob("notebooks/*.ipynb"), *root.rglob("agentrl_lite/**/*.py"), root / "README.md",
+             *root.glob("docs/**/*.md")]
+    named = {m for path in texts for m in re.findall(r"docs/design/[\w.]+\.md", path.read_text())}
+    assert named and not [n for n in named if not (root / n).exists()]

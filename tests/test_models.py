@@ -148,7 +148,7 @@ def test_the_policy_keeps_fp32_master_weights_on_every_device_and_samples_in_bf1
 
 def test_bf16_is_chosen_only_where_the_hardware_runs_it_natively(monkeypatch):
     """An AVX512 CPU without AVX512-BF16 or AMX emulates bf16 (an SFT step 3x slower than fp32 on such a Xeon,
-    results/bench_bf16.json), though oneDNN reports it supported: "auto" must not pick bf16 there, and must pick it
+    results/bench/bench_bf16.json), though oneDNN reports it supported: "auto" must not pick bf16 there, and must pick it
     where the instructions exist."""
     import torch
 

@@ -1,7 +1,9 @@
 """The notebooks are the integration tests.
 
-Every notebook under notebooks/, solutions/ and exercises/ runs in the smoke profile:
-- lessons and solutions run without an error; exercises fail only with NotImplementedError (the stubs);
+Every notebook under notebooks/, solutions/ and exercises/ runs once in the smoke profile:
+- the lessons under nbval (`make test` passes `--nbval-lax ... notebooks`; the repository's conftest.py holds them to
+  the smoke budgets); solutions and exercises here, through the papermill runner `make course` uses;
+- solutions run without an error; exercises fail only with NotImplementedError (the stubs);
 - the exercise contract, per (solution, exercise) pair: every check PASSes in the solution, FAILs in the
   exercise, and both run the same checks;
 - every notebook is stored clean (no outputs, null execution counts) with a `parameters` cell first.
@@ -42,11 +44,13 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LESSON_DIRS = ("notebooks", "solutions", "exercises")
 NOTEBOOKS = sorted(p.relative_to(REPO).as_posix() for d in LESSON_DIRS for p in (REPO / d).glob("*.ipynb"))
+EXECUTED_HERE = [n for n in NOTEBOOKS if not n.startswith("notebooks/")]
+"""the notebooks these tests execute; the lessons run under nbval in the same `make test`"""
 PAIRS = sorted(p.name for p in (REPO / "solutions").glob("*.ipynb"))
 SLACK = float(os.environ.get("AGENTRL_SMOKE_SLACK", "1.5"))
-"""A smoke notebook must finish within its 150 s budget (on the reference machine: 2 idle cores) times this slack,
+"""A smoke notebook must finish within its budget (`runner.BUDGET_S`, on the reference machine: 2 idle cores) times this slack,
 times how much slower this machine runs now (`runner.machine_slowdown`, at most 3×: CI machines ran twice slower on
-some days). Any single cell is stopped after 2 × 150 s."""
+some days). Any single cell is stopped after twice the budget."""
 
 
 class Executions:
@@ -92,6 +96,7 @@ def _errors(run: NotebookRun) -> str:
 # --- the machinery, on fixtures ------------------------------------------------------------------------------
 
 
+@pytest.mark.notebooks
 def test_runner_solution_passes_and_generated_exercise_fails_only_on_the_stub(tmp_path: Path) -> None:
     solution = FIXTURES / "solutions" / "00_tiny.ipynb"
     run = execute_notebook(solution, tmp_path / "solution.ipynb", profile="smoke")
@@ -114,6 +119,7 @@ def test_runner_solution_passes_and_generated_exercise_fails_only_on_the_stub(tm
     assert cell_stdout(run.notebook.cells[-1]) == "after the check\n", "allow_errors must run every cell"
 
 
+@pytest.mark.notebooks
 def test_runner_stops_a_cell_that_runs_too_long(tmp_path: Path) -> None:
     params = new_code_cell(
         'import os\n\nPROFILE = os.environ.get("AGENTRL_PROFILE", "auto")', metadata={"tags": ["parameters"]}
@@ -130,6 +136,7 @@ def test_runner_stops_a_cell_that_runs_too_long(tmp_path: Path) -> None:
     assert run.slowest_cells(1)[0][0] == 1, "papermill's timings must point at the cell that was stopped"
 
 
+@pytest.mark.notebooks
 def test_a_kernels_temporary_files_are_removed_with_it(tmp_path: Path) -> None:
     """Whatever a notebook leaves in its temporary folder (multiprocessing's pymp-* folders when the kernel dies
     before its exit handlers, stashed weights) is gone when the run ends: nothing accumulates in /tmp."""
@@ -152,6 +159,7 @@ def test_a_kernels_temporary_files_are_removed_with_it(tmp_path: Path) -> None:
     assert not left.parent.exists(), "the kernel's temporary folder must be removed after the run"
 
 
+@pytest.mark.notebooks
 def test_course_run_writes_report_plots_and_results_and_exits_nonzero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -243,7 +251,8 @@ def test_notebook_is_stored_clean_with_a_parameters_cell(relpath: str) -> None:
     assert parsed == assigned, f"papermill reads {parsed} of the parameters {assigned}: no '=' inside their comments"
 
 
-@pytest.mark.parametrize("relpath", NOTEBOOKS)
+@pytest.mark.notebooks
+@pytest.mark.parametrize("relpath", EXECUTED_HERE)
 def test_notebook_runs_in_the_smoke_profile(relpath: str, executed: Executions) -> None:
     run = executed(relpath)
     if relpath.startswith("exercises/"):
@@ -256,7 +265,7 @@ def test_notebook_runs_in_the_smoke_profile(relpath: str, executed: Executions) 
         slowdown = machine_slowdown()
         allowed *= slowdown
     assert run.seconds <= allowed, (
-        f"{relpath} took {run.seconds:.0f} s; the smoke budget is 150 s ({allowed:.0f} s with the slack and this "
+        f"{relpath} took {run.seconds:.0f} s; the smoke budget is {BUDGET_S['smoke']} s ({allowed:.0f} s with the slack and this "
         f"machine's slowdown {slowdown:.2f}×). Slowest cells: "
         + ", ".join(f"cell {i} {sec:.0f} s" for i, sec in run.slowest_cells())
     )
@@ -280,6 +289,7 @@ def test_one_check_per_cell(name: str) -> None:
     assert not crowded, f"solutions/{name}: cells {crowded} call check() more than once; split them"
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("name", PAIRS)
 def test_checks_pass_on_the_solution_and_fail_on_the_exercise(name: str, executed: Executions) -> None:
     solution, exercise = executed(f"solutions/{name}"), executed(f"exercises/{name}")
@@ -308,6 +318,7 @@ def test_checks_pass_on_the_solution_and_fail_on_the_exercise(name: str, execute
     )
 
 
+@pytest.mark.notebooks
 def test_nbval_collects_every_code_cell_of_every_lesson() -> None:
     """`make nbval` runs the lessons under nbval: each lesson is collected, one item per code cell."""
     import subprocess
@@ -323,6 +334,7 @@ def test_nbval_collects_every_code_cell_of_every_lesson() -> None:
     assert {name: items.count(name) for name in expected} == expected
 
 
+@pytest.mark.notebooks
 def test_a_notebook_over_its_memory_budget_fails_in_smoke_and_is_flagged_otherwise(tmp_path: Path) -> None:
     from agentrl_lite.course.runner import check_memory
 
@@ -392,4 +404,29 @@ def test_the_smoke_budget_stretches_by_the_measured_slowdown_within_bounds(monke
         assert runner.machine_slowdown() == pytest.approx(expected)
     monkeypatch.setattr(runner, "read_results", lambda name: None)
     assert runner.machine_slowdown() == 1.0
-    assert (REPO / "results" / "bench_smoke_reference.json").exists(), "the reference is committed"
+    assert (REPO / "results" / "bench" / "bench_smoke_reference.json").exists(), "the reference is committed"
+
+
+@pytest.mark.notebooks
+def test_a_lesson_under_nbval_fails_over_its_budget_and_passes_within_it(tmp_path: Path) -> None:
+    """The repository's conftest.py holds each notebook nbval runs to the smoke budget: the same fixture notebook
+    passes with the real budget and fails, naming its slowest cells, when the slack shrinks the budget to nothing."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(FIXTURES / "solutions" / "00_tiny.ipynb", tmp_path / "00_tiny.ipynb")
+
+    def nbval(slack: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "AGENTRL_SMOKE_SLACK": slack, "PYTHONPATH": str(REPO)}
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+                               "--rootdir", str(tmp_path), "--nbval-lax", "--nbval-kernel-name", "python3",
+                               str(tmp_path / "00_tiny.ipynb")], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    within = nbval("1.5")
+    assert within.returncode == 0, within.stdout[-3000:]
+    assert "00_tiny.ipynb" in within.stdout and "lessons under nbval (smoke profile)" in within.stdout
+    over = nbval("0.00001")
+    assert over.returncode == 1, over.stdout[-3000:]
+    assert "00_tiny.ipynb took" in over.stdout and "Slowest cells: Cell" in over.stdout, over.stdout[-3000:]

@@ -49,10 +49,10 @@ def test_aggregate_refuses_seeds_that_scored_different_items():
 def test_every_reproducible_lesson_names_a_notebook_with_a_seed_parameter():
     import json
 
-    from agentrl_lite.tasks import REPO_ROOT
+    from agentrl_lite.paths import course_root
 
     for lesson, spec in LESSONS.items():
-        nb = json.loads((REPO_ROOT / "notebooks" / spec.notebook).read_text())
+        nb = json.loads((course_root() / "notebooks" / spec.notebook).read_text())
         tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert tagged and "SEED =" in "".join(tagged[0]["source"]), f"lesson {lesson}: no SEED in a parameters cell"
 
@@ -125,9 +125,9 @@ def test_an_earlier_run_is_summarised_again_with_the_current_claims(tmp_path, mo
 
     run_dir = tmp_path / "runs" / "20261125T000000Z"
     for seed, rl in ((0, [1, 0, 1, 1]), (1, [1, 1, 0, 0])):
-        (run_dir / f"seed_{seed}").mkdir(parents=True)
+        (run_dir / f"seed_{seed}" / "lessons").mkdir(parents=True)
         rec = {**record([0, 0, 1, 0], rl, 100.0 + seed), "profile": "cpu", "command": f"make reproduce  # seed {seed}"}
-        (run_dir / f"seed_{seed}" / "x.json").write_text(json.dumps(rec))
+        (run_dir / f"seed_{seed}" / "lessons" / "x.json").write_text(json.dumps(rec))
     monkeypatch.setitem(module.LESSONS, "99", SPEC)
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
     monkeypatch.delenv("AGENTRL_COMMAND", raising=False)
@@ -182,9 +182,9 @@ def test_tuning_variants_are_summarised_with_their_parameters_and_listed_for_the
     from agentrl_lite.course import reproduce as module
 
     run_dir = tmp_path / "runs" / "20261126T000000Z"
-    (run_dir / "seed_0").mkdir(parents=True)
+    (run_dir / "seed_0" / "lessons").mkdir(parents=True)
     rec = {**record([0, 0, 1, 0], [1, 0, 1, 1], 10.0), "profile": "cpu", "command": "c"}
-    (run_dir / "seed_0" / "x.json").write_text(json.dumps(rec))
+    (run_dir / "seed_0" / "lessons" / "x.json").write_text(json.dumps(rec))
     monkeypatch.setitem(module.LESSONS, "99", SPEC)
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
     monkeypatch.delenv("AGENTRL_COMMAND", raising=False)

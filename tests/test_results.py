@@ -8,11 +8,26 @@ from pathlib import Path
 import pytest
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-COMMITTED = sorted([*RESULTS.glob("*.json"), *RESULTS.glob("gpu/*.json"), *RESULTS.glob("notes/heldout_probes/*.json")])  # results/smoke/ is git-ignored: never quoted
+KINDS = ("lessons", "bench", "gpu")
+COMMITTED = sorted(p for kind in KINDS for p in (RESULTS / kind).glob("*.json"))  # results/smoke/ is git-ignored
 
 
 def test_there_are_committed_results():
-    assert len(COMMITTED) >= 9, f"expected one results file per lesson 00–08 in {RESULTS}"
+    lessons = {p.stem for p in (RESULTS / "lessons").glob("*.json")}
+    notebooks = {p.stem for p in (RESULTS.parent / "notebooks").glob("*.ipynb")}
+    assert len(lessons) >= len(notebooks), f"expected at least one results file per lesson in {RESULTS / 'lessons'}"
+
+
+def test_results_holds_only_results_files_by_kind():
+    """results/ holds the data lessons, the docs and tests read, by kind: no scripts, logs, notes or probe dumps."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "results"], cwd=RESULTS.parent, capture_output=True, text=True,
+                             check=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    stray = [p for p in tracked if Path(p).parent.name not in KINDS or not p.endswith(".json") or "probe" in p]
+    assert not stray, f"files that are not results of a kind {KINDS}: {stray}"
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
@@ -44,40 +59,42 @@ def test_a_kernel_run_does_not_record_the_kernels_argv(monkeypatch):
     assert current_command() == "make course PROFILE=cpu"
 
 
-def test_the_readmes_generated_tables_are_rendered_from_the_results_files():
-    from agentrl_lite.course.readme import update_readme
+def test_the_generated_tables_are_rendered_from_the_results_files():
+    from agentrl_lite.course.docs import update_docs
 
-    assert update_readme(check=True), "README.md is stale: run `agentrl-lite readme` and commit"
+    assert not update_docs(check=True), "README.md or docs/results.md is stale: run `agentrl-lite docs` and commit"
 
 
-def test_a_changed_number_in_a_results_file_makes_the_readme_stale(tmp_path):
-    from agentrl_lite.course.readme import render_readme
+def test_a_changed_number_in_a_results_file_makes_the_docs_stale(tmp_path):
+    import shutil
 
-    for path in COMMITTED:
-        (tmp_path / path.name).write_text(path.read_text())
-    readme = (RESULTS.parent / "README.md").read_text()
-    record = json.loads((RESULTS / "bench_grpo_step.json").read_text())
+    from agentrl_lite.course.docs import render_blocks
+
+    shutil.copytree(RESULTS, tmp_path / "results", ignore=shutil.ignore_patterns("smoke"))
+    shutil.copytree(RESULTS.parent / "notebooks", tmp_path / "notebooks")
+    shutil.copytree(RESULTS.parent / "docs", tmp_path / "docs")
+    docs = (RESULTS.parent / "docs" / "results.md").read_text()
+    assert render_blocks(docs, tmp_path / "results") == docs
+    path = tmp_path / "results" / "bench" / "bench_grpo_step.json"
+    record = json.loads(path.read_text())
     record["metrics"]["single_turn"]["speedup"] += 1.0
-    (tmp_path / "bench_grpo_step.json").write_text(json.dumps(record))
-    assert render_readme(readme, tmp_path) != readme
+    path.write_text(json.dumps(record))
+    assert render_blocks(docs, tmp_path / "results") != docs
 
 
-def test_every_probe_script_a_results_file_names_is_in_the_repository():
+def test_every_script_a_results_file_names_is_in_the_repository():
     """A committed number can be traced to the code that produced it: scripts named in `command` or in a
-    `script` field exist as files (old probes under benchmarks/probes/history)."""
+    `script` field exist as files. A design page names the commit of scripts that were deleted."""
     import re
 
     root = Path(__file__).resolve().parents[1]
     missing = []
-    for path in sorted((root / "results").glob("*.json")):
+    for path in COMMITTED:
         record = json.loads(path.read_text())
         named = [record[k] for k in record if k.startswith("script") or k.endswith("_script")]
         command = record.get("command") or ""
         named += re.findall(r"(?:^|[\s;])((?:benchmarks/)?[\w/]+\.py)\b", command)
-        for script in named:
-            candidates = [root / script, root / "benchmarks" / "probes" / "history" / Path(script).name]
-            if not any(c.is_file() for c in candidates):
-                missing.append(f"{path.name}: {script}")
+        missing += [f"{path.name}: {script}" for script in named if not (root / script).is_file()]
     assert not missing, missing
 
 
@@ -97,8 +114,9 @@ def test_gpu_and_smoke_runs_never_overwrite_the_cpu_results_the_lessons_quote(tm
 
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path))
     paths = {p: write_results("99_x", {"p": p}, profile=p, model="m", seed=0, command="c") for p in ("cpu", "gpu", "smoke")}
-    assert paths == {"cpu": tmp_path / "99_x.json", "gpu": tmp_path / "gpu" / "99_x.json",
+    assert paths == {"cpu": tmp_path / "lessons" / "99_x.json", "gpu": tmp_path / "gpu" / "99_x.json",
                      "smoke": tmp_path / "smoke" / "99_x.json"}
+    assert write_results("bench_x", {}, profile="cpu", model="m", seed=0, command="c") == tmp_path / "bench" / "bench_x.json"
     assert {p: read_results("99_x", p, committed=False)["metrics"]["p"] for p in paths} == {p: p for p in paths}
 
 
@@ -107,7 +125,7 @@ def test_the_suite_time_is_read_from_a_make_test_log_and_rendered_by_part():
     part and names the slowest lesson."""
     import importlib.util
 
-    from agentrl_lite.course.readme import render_bench_test_suite
+    from agentrl_lite.course.docs import render_bench_test_suite
 
     spec = importlib.util.spec_from_file_location("suite_time", RESULTS.parent / "benchmarks" / "suite_time.py")
     suite_time = importlib.util.module_from_spec(spec)
@@ -128,3 +146,33 @@ def test_the_suite_time_is_read_from_a_make_test_log_and_rendered_by_part():
     text = render_bench_test_suite({"device": "Intel(R) Xeon(R) Processor @ 2.50GHz (2 cores)", "date": "2026-11-29T03:00:00",
                                     "metrics": {**m, "note": "nothing else ran"}})
     assert "10 min in all (10 passed, **1 failed**)" in text and "the slowest, 02_b, 240 s" in text
+
+
+def test_the_readme_is_short_enough_to_finish():
+    text = (RESULTS.parent / "README.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines (at most 150): long tables go to docs/"
+    assert len(text.split()) <= 1500, f"README.md has {len(text.split())} words (at most 1,500)"
+    long = [i for i, line in enumerate(lines, 1) if len(line) > 300]
+    assert not long, f"README.md lines over 300 characters: {long}"
+
+
+def test_every_command_the_docs_name_to_regenerate_a_table_exists():
+    """Each `Regenerate:` command of docs/results.md, and each `make` target the README names, runs as pasted: its
+    make target is in the Makefile, its script is in the repository and answers --help (tests/test_benchmarks.py)."""
+    import re
+
+    root = RESULTS.parent
+    targets = set(re.findall(r"^([a-z]+):", (root / "Makefile").read_text(), flags=re.MULTILINE))
+    results_md = (root / "docs" / "results.md").read_text()
+    commands = re.findall(r"Regenerate: `([^`]+)`", results_md)
+    assert len(commands) >= 6, "every table of docs/results.md names its command"
+    commands += re.findall(r"`(make [^`]+)`", (root / "README.md").read_text())
+    for command in commands:
+        for part in re.split(r"&&|;|\|", command):
+            words = part.split()
+            if words[:1] == ["make"]:
+                named = [w for w in words[1:] if "=" not in w][:1]
+                assert not named or named[0] in targets, f"{command!r}: no make target {named[0]!r}"
+            scripts = [w for w in words if w.endswith(".py")]
+            assert all((root / s).is_file() for s in scripts), f"{command!r}: a script is missing"

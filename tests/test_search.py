@@ -243,7 +243,7 @@ def test_the_demonstrated_evidence_is_copied_from_what_the_search_returned(index
 def test_an_answer_is_grounded_only_when_read_off_a_cited_sentence_the_search_returned(index, questions, world):
     """`grounded` needs no gold: every cited demonstration is grounded, uncited ones are not, and the cold start's
     failure (citing the person's sentence, then answering another person's year from a snippet) is not; nor are
-    GRPO's two (item 18): a word of the cited sentence, not a year, to a question that asks for one, and a year
+    GRPO's two: a word of the cited sentence, not a year, to a question that asks for one, and a year
     read off a cited sentence about another entity (the person's birth town, founded in that year)."""
     for q in questions[::7]:
         assert grounded(q["question"], demonstration(q, index, cite=True)[1:]), q

@@ -9,8 +9,9 @@ agentrl-lite strip [--check] PATH... (a notebook or a folder of them)
     nothing, exit 1 if any is not
 agentrl-lite data [--out data]
     regenerate the task files under data/ (deterministic, from fixed seeds)
-agentrl-lite readme [--check]
-    render README.md's generated tables from results/*.json; with --check change nothing, exit 1 if stale
+agentrl-lite docs [--check]
+    render the generated tables of README.md and docs/results.md from results/; with --check change nothing,
+    exit 1 if stale
 """
 
 from __future__ import annotations
@@ -101,14 +102,14 @@ def _strip(args: argparse.Namespace) -> int:
     return 0
 
 
-def _readme(args: argparse.Namespace) -> int:
-    from agentrl_lite.course.readme import update_readme
+def _docs(args: argparse.Namespace) -> int:
+    from agentrl_lite.course.docs import update_docs
 
-    current = update_readme(check=args.check)
-    if args.check and not current:
-        print("README.md's generated tables differ from results/*.json: run `agentrl-lite readme` and commit")
+    stale = update_docs(check=args.check)
+    if args.check and stale:
+        print(f"{', '.join(stale)}: the generated tables differ from results/: run `agentrl-lite docs` and commit")
         return 1
-    print("README.md is up to date." if current else "README.md: generated tables rendered from results/*.json")
+    print(f"rendered from results/: {', '.join(stale)}" if stale else "The generated tables are up to date.")
     return 0
 
 
@@ -145,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     course.set_defaults(func=_course)
 
     reproduce = sub.add_parser(
-        "reproduce", help="run one lesson's notebook once per seed and write results/<lesson>_seeds.json"
+        "reproduce", help="run one lesson's notebook once per seed and write results/lessons/<lesson>_seeds.json"
     )
     reproduce.add_argument("lesson", help="the lesson's number, e.g. 09")
     reproduce.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
@@ -153,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--out", default="runs", help="folder that receives the run folder (default: runs)")
     reproduce.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                            help="another value for a notebook parameter, e.g. --set SPLIT=validation --set BETA=0.5: "
-                                "a tuning variant, written to results/<lesson results>_tune_<...>.json")
+                                "a tuning variant, written to results/lessons/<lesson results>_tune_<...>.json")
     reproduce.add_argument("--from-run", default=None, metavar="RUN_DIR",
                            help="run no notebook: summarise an earlier run folder again with the lesson's current claims")
     reproduce.set_defaults(func=_reproduce)
@@ -183,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--out", default=None, help="folder to write (default: the repository's data/)")
     data.set_defaults(func=_data)
 
-    readme = sub.add_parser("readme", help="render README.md's generated tables from results/*.json")
-    readme.add_argument("--check", action="store_true", help="write nothing; exit 1 when README.md is stale")
-    readme.set_defaults(func=_readme)
+    docs = sub.add_parser("docs", help="render the generated tables of README.md and docs/results.md from results/")
+    docs.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is stale")
+    docs.set_defaults(func=_docs)
     return parser
 
 

@@ -3,7 +3,7 @@
 One run of a lesson is one SFT start and one RL seed; its held-out numbers move from seed to seed by more than
 most of the gains a small model makes. `agentrl-lite reproduce 09 --seeds 0 1 2` executes the lesson's notebook
 once per seed (papermill sets `SEED`, which seeds the cold start, the RL run and the sampling), each into its
-own folder under runs/, then writes `results/<lesson results>_seeds.json`:
+own folder under runs/, then writes `results/lessons/<lesson results>_seeds.json`:
 
 - per stage (raw, SFT, SFT + GRPO, ...): every seed's held-out accuracy and per-label accuracy, and the mean
   over seeds with a Student-t interval (`stats.mean_ci`);
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from agentrl_lite.course.profiles import resolve_profile
-from agentrl_lite.course.results import metric, profile_folder, write_results
+from agentrl_lite.course.results import metric, result_path, results_root, write_results
 from agentrl_lite.course.runner import (
     CELL_TIMEOUT_S,
     _environ,
@@ -34,8 +34,8 @@ from agentrl_lite.course.runner import (
     execute_notebook,
     write_runs_summary,
 )
+from agentrl_lite.paths import course_root
 from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
-from agentrl_lite.tasks import REPO_ROOT
 
 NOTEBOOK_SEED = 0
 """the SEED a lesson's notebook runs with: that seed's results also become the lesson's committed results file"""
@@ -48,7 +48,7 @@ class Reproducible:
     notebook: str
     """the notebook under notebooks/"""
     results: str
-    """the name of the results file the notebook writes (results/<name>.json)"""
+    """the name of the results file the notebook writes (results/lessons/<name>.json)"""
     items: str
     """dotted path, inside the results' metrics, of the stage → evaluation mapping; each evaluation holds
     `correct` (per held-out item), `accuracy` and `by_label`"""
@@ -212,7 +212,7 @@ def _settings(parameters: dict[str, Any] | None) -> str:
 
 
 def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: str | Path = "runs",
-              notebooks_dir: str | Path = REPO_ROOT / "notebooks",
+              notebooks_dir: str | Path | None = None,
               parameters: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """Run a lesson's notebook once per seed and write its multi-seed results file; returns (run folder,
     results file). A seed whose notebook fails stops the command: a summary over the seeds that happened to
@@ -235,12 +235,12 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
     for seed in seeds:
         seed_dir = (run_dir / f"seed_{seed}").resolve()
         with _environ({"AGENTRL_RESULTS": str(seed_dir), "AGENTRL_COMMAND": f"{command}  # seed {seed}"}):
-            run = execute_notebook(Path(notebooks_dir) / spec.notebook, seed_dir / spec.notebook, profile,
+            run = execute_notebook(Path(notebooks_dir or course_root() / "notebooks") / spec.notebook, seed_dir / spec.notebook, profile,
                                    timeout_per_cell=CELL_TIMEOUT_S[profile],
                                    parameters={**(parameters or {}), "SEED": seed})
         if run.status != "ok":
             raise RuntimeError(f"seed {seed}: {spec.notebook} failed ({run.error}); executed copy in {seed_dir}")
-        records[seed] = json.loads((profile_folder(seed_dir, profile) / f"{spec.results}.json").read_text())
+        records[seed] = json.loads(result_path(seed_dir, profile, spec.results).read_text())
         # the same summary a course run writes, so `runner.record_course_run(seed_dir)` can take its runtime
         write_runs_summary(seed_dir, profile, f"{command}  # seed {seed}", [run])
         if seed == NOTEBOOK_SEED and profile != "smoke" and not parameters:  # the notebook's own committed run too
@@ -273,7 +273,7 @@ def resummarise(lesson: str, run_dir: str | Path, parameters: dict[str, Any] | N
     spec, run_dir = LESSONS[lesson], Path(run_dir)
     records = {}
     for folder in sorted(run_dir.glob("seed_*")):  # a cpu seed writes into its folder, a gpu seed into folder/gpu
-        found = [path for path in (profile_folder(folder, p) / f"{spec.results}.json" for p in ("cpu", "gpu"))
+        found = [path for path in (result_path(folder, p, spec.results) for p in ("cpu", "gpu"))
                  if path.is_file()]
         if found:
             records[int(folder.name.removeprefix("seed_"))] = json.loads(found[0].read_text())
@@ -341,14 +341,15 @@ def comparison_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def tuning_rows(results: str, measures: dict[str, tuple[str, ...]],
-                results_dir: str | Path = REPO_ROOT / "results") -> list[dict[str, Any]]:
-    """One row per tuning variant of a lesson (`results/<results>_tune_*.json`, `make reproduce SET=...`): its
+                results_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """One row per tuning variant of a lesson (`results/lessons/<results>_tune_*.json`, `make reproduce SET=...`): its
     parameters, seeds, date and each measure's value per seed, for a lesson's "how we got here" table.
 
     measures: label → key path into the summary, e.g. {"OTC accuracy": ("stages", "GRPO, OTC reward", "accuracy",
     "per_seed")} (a path of keys, since the summary's keys may hold dots)."""
     rows = []
-    for path in sorted(Path(results_dir).glob(f"{results}_tune_*.json")):
+    folder = result_path(Path(results_dir) if results_dir else results_root(True), "cpu", results).parent
+    for path in sorted(folder.glob(f"{results}_tune_*.json")):
         record = json.loads(path.read_text())
         summary = record["metrics"]
         row: dict[str, Any] = {"settings": ", ".join(f"{k}={v}" for k, v in summary.get("parameters", {}).items())

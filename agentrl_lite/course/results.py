@@ -1,6 +1,11 @@
-"""Results bookkeeping (course tooling): every number a lesson claims comes from a results file
-(`results/<name>.json`) that records the profile, model, device, seed, command and date of the run that
-wrote it."""
+"""Results bookkeeping (course tooling): every number a lesson claims comes from a results file that records the
+profile, model, device, seed, command and date of the run that wrote it.
+
+    results/lessons/<name>.json   cpu runs of the lessons, their seed studies and tuning variants
+    results/bench/<name>.json     benchmarks (`bench_*`) and whole-course runs (`course_*`)
+    results/gpu/<name>.json       anything run in the gpu profile
+    results/smoke/<name>.json     smoke runs (ignored by git): a smoke run never overwrites a real one
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from typing import Any
 
 import torch
 
-from agentrl_lite.tasks import REPO_ROOT
+from agentrl_lite.paths import course_root
 
 
 def device_name() -> str:
@@ -31,20 +36,24 @@ def device_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def results_dir(profile: str, committed: bool = False) -> Path:
-    """Where results of this profile are written: cpu results under results/ and gpu results under results/gpu/,
-    both committed; smoke results under results/smoke/ (ignored by git), so a smoke run never overwrites a real
-    one and a gpu run never overwrites the cpu numbers the lessons quote. AGENTRL_RESULTS moves
-    the writes (each seed of `reproduce` writes into its own run folder); committed=True ignores it: where the
-    committed files are."""
-    root = REPO_ROOT / "results" if committed else Path(os.environ.get("AGENTRL_RESULTS", REPO_ROOT / "results"))
-    return profile_folder(root, profile)
+def results_root(committed: bool = False) -> Path:
+    """The results folder writes go to: $AGENTRL_RESULTS when set (each seed of `reproduce` writes into its own run
+    folder), else the checkout's results/. committed=True ignores AGENTRL_RESULTS: where the committed files are."""
+    if not committed and (moved := os.environ.get("AGENTRL_RESULTS")):
+        return Path(moved)
+    return course_root() / "results"
 
 
-def profile_folder(root: Path, profile: str) -> Path:
-    """The folder under a results root that holds one profile's files: root itself for cpu, root/<profile> for
-    smoke and gpu."""
-    return root / profile if profile in ("smoke", "gpu") else root
+def kind_of(name: str) -> str:
+    """The folder of a cpu results file: `bench` for benchmarks and whole-course runs, else `lessons`."""
+    return "bench" if name.startswith(("bench_", "course_")) else "lessons"
+
+
+def result_path(root: Path, profile: str, name: str) -> Path:
+    """Where the results file `name` of `profile` lives under a results root (see the module docstring)."""
+    if profile not in ("smoke", "cpu", "gpu"):
+        raise ValueError(f"unknown profile {profile!r}: results are kept for smoke, cpu and gpu")
+    return root / (kind_of(name) if profile == "cpu" else profile) / f"{name}.json"
 
 
 def current_command() -> str:
@@ -64,7 +73,8 @@ def write_results(
     name: str, metrics: dict[str, Any], *, profile: str, model: str, seed: int, command: str | None = None,
     device: str | None = None,
 ) -> Path:
-    """Write `results/<name>.json` with the schema every committed results file has (tests/test_results.py) and return its path.
+    """Write the results file `name` (see the module docstring for where) with the schema every committed results file
+    has (tests/test_results.py) and return its path.
 
     device: the machine that measured, when that is not this one (a summary of seeds run elsewhere).
 
@@ -81,7 +91,7 @@ def write_results(
         "metrics": metrics,
     }
     text = json.dumps(record, indent=2, sort_keys=False) + "\n"
-    path = results_dir(profile) / f"{name}.json"
+    path = result_path(results_root(), profile, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     run_dir = os.environ.get("AGENTRL_RUN_DIR")
@@ -96,7 +106,7 @@ def read_results(name: str, profile: str | None = None, committed: bool = True) 
     """Read a committed results file (cpu/gpu, or smoke when asked); None when it does not exist. A lesson run
     by `reproduce` writes elsewhere (AGENTRL_RESULTS) and still reads the committed files of other lessons;
     committed=False reads where this process writes instead."""
-    path = results_dir(profile or "cpu", committed) / f"{name}.json"
+    path = result_path(results_root(committed), profile or "cpu", name)
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -113,13 +123,14 @@ def metric(record: dict[str, Any], path: str) -> Any:
 def committed_rows(name: str, fields: dict[str, str], this_run: dict[str, Any] | None = None,
                    digits: int = 3) -> list[dict[str, Any]]:
     """Rows (label, committed cpu value, and this run's value when given) of the committed results file
-    `results/<name>.json`: what a lesson's "What you should see" quotes, read from the file, never retyped.
+    `name`: what a lesson's "What you should see" quotes, read from the file, never retyped.
 
     fields: label → dotted metric path. this_run: the notebook's own metrics dict, for a side-by-side column.
     """
     record = read_results(name)
     if record is None:
-        raise FileNotFoundError(f"results/{name}.json is missing: run the lesson in the cpu profile to write it")
+        raise FileNotFoundError(f"{result_path(results_root(True), 'cpu', name)} is missing: run the lesson in the "
+                                "cpu profile to write it")
     record["_name"] = name
 
     def shown(value: Any) -> Any:

@@ -114,7 +114,7 @@ CELL_TIMEOUT_S = {"smoke": 2 * BUDGET_S["smoke"], "cpu": 4 * BUDGET_S["cpu"], "g
 """A cell that runs longer is stopped with a CellTimeoutError: a guard against a hung cell, not the budget (the
 report flags a slow notebook; it does not stop one). The cpu profile's guard is four budgets: on a CPU without bf16
 instructions lesson 05's training cell, two GRPO runs and their evaluations, ran past two
-(results/notes/05_rl_for_tool_calls.md)"""
+(docs/design/05_rl_for_tool_calls.md)"""
 MEMORY_BUDGET_MB = {"smoke": 4096, "cpu": 4096}
 """Peak resident memory a notebook's kernel may use (a student laptop's share); the report flags notebooks above
 it, and in the smoke profile (CI) a notebook above it fails with MemoryBudgetExceeded"""
@@ -152,7 +152,7 @@ def reference_workload() -> float:
 
 def machine_slowdown(repeats: int = 3) -> float:
     """How many times slower than the machine the smoke budget was set on this one runs now: `reference_workload`'s
-    best of `repeats` over the reference's (results/bench_smoke_reference.json), at least 1 and at most 3. A busy CI
+    best of `repeats` over the reference's (results/bench/bench_smoke_reference.json), at least 1 and at most 3. A busy CI
     machine stretches a notebook's smoke budget by it; no slowdown excuses more than a threefold overrun, and 1 when
     the reference was never measured."""
     record = read_results("bench_smoke_reference")
@@ -560,7 +560,7 @@ def _keep_other_machine(old: dict | None, new: dict) -> dict:
     """A lesson's new row, keeping (as `other_machine`) the latest row measured on the other kind of machine.
 
     A machine with bf16 instructions runs a lesson two to three times faster than one without and with other memory
-    peaks (results/bench_bf16.json), so the one row would tell a laptop without bf16 a runtime it will not see."""
+    peaks (results/bench/bench_bf16.json), so the one row would tell a laptop without bf16 a runtime it will not see."""
     if old is None or "bf16" not in old or "bf16" not in new:
         return new
     other = {k: v for k, v in old.items() if k != "other_machine"} if old["bf16"] != new["bf16"] \
@@ -569,7 +569,7 @@ def _keep_other_machine(old: dict | None, new: dict) -> dict:
 
 
 def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Path:
-    """Write `results/course_<profile>.json` from whole-course run folders: every notebook's status and wall
+    """Write `results/bench/course_<profile>.json` from whole-course run folders: every notebook's status and wall
     time against its budget, and the total (the README's runtime table reads it; smoke runs go to
     results/smoke/ like every smoke result).
 
@@ -579,7 +579,7 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
     committed), so one lesson's new run updates its row and leaves the others as they were measured.
     A notebook row may carry `contended` (why its runtime is too long, written by hand after the run); a later run
     of that notebook replaces the row and drops it. `bf16`: whether its machine trained and sampled in bf16 (runs
-    since 2026-11-29 record it; earlier rows carry it by hand, from results/bench_bf16.json); a row replaced by a
+    since 2026-11-29 record it; earlier rows carry it by hand, from results/bench/bench_bf16.json); a row replaced by a
     run on the other kind of machine stays as the new row's `other_machine`. `over_budget` counts a lesson over its
     budget on either kind, and `total_seconds_slower_machine` adds each lesson's slower row.
     Every notebook records the machine that ran it (a run folder from before runs.json named it: this machine; a

@@ -289,7 +289,7 @@ def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]
 
     The demonstrations show every category because GRPO can only reinforce what the policy already samples:
     a cold start that never writes a second call gives parallel groups no spread in the number of calls
-    (lesson 05's probes, `results/notes/heldout_probes/05_probe_*.json`)."""
+    (`docs/design/05_rl_for_tool_calls.md`)."""
     train = function_calling_tasks(480, seed=21, prefix="fc-train")
     heldout = function_calling_tasks(120, seed=22, exclude={t["question"] for t in train}, prefix="fc-heldout")
     seen = {t["question"] for t in train + heldout}

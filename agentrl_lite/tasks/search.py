@@ -99,7 +99,7 @@ def encyclopedia(seed: int = 0, n_towns: int = 60, n_people: int = 320, n_organi
     state_missing_year: a person without a recorded year of birth has a document that says so ("...; the year of
     birth is not recorded.") instead of one that leaves the year out. The same world and questions either way; only
     those documents' text differs. The course's corpus (`course.data`) states it: with a second search, the other
-    people's years its snippets bring in otherwise outvote a gap nothing says (results/notes/09_agentic_search.md,
+    people's years its snippets bring in otherwise outvote a gap nothing says (docs/design/09_agentic_search.md,
     items 32 and 42)."""
     if n_organisations + n_works > n_people:
         raise ValueError("encyclopedia: every organisation and work needs its own person (n_people too small)")
@@ -408,8 +408,8 @@ def grounded(question: str, completion: list[dict[str, Any]]) -> bool:
     question asks for a year and such sentences (at least one) hold none — the one kind of fact this corpus leaves
     out. A question that asks for a year takes a year. It needs no gold answer: it checks the step from evidence to
     answer, the step the cold start skips when it cites a person's sentence and answers with a year from another
-    person's snippet (results/notes/09_agentic_search.md, item 17). GRPO with an earlier form of this term as a bonus
-    found its two holes (item 18): a town for a year, and a cited sentence about another entity (the birth town's
+    person's snippet (docs/design/09_agentic_search.md). GRPO with an earlier form of this term as a bonus
+    found its two holes: a town for a year, and a cited sentence about another entity (the birth town's
     founding year); both are closed. No `<answer>`: not grounded.
     """
     final, answer = _final_answer(completion)

@@ -28,7 +28,7 @@ def cold_start_split(tasks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     """(demonstrated, practised): the cold start shows the named operators (relu, sigmoid, row_sum, ...); the
     variants with constants in them (scale by 3, a sigmoid times 0.5, ReLU after a shift of 2) are left for RL,
     where copying the nearest demonstrated kernel gives a wrong output and only reading the description is paid.
-    Probes with one or all constants of each family demonstrated left RL nothing to practise (results/notes)."""
+    Probes with one or all constants of each family demonstrated left RL nothing to practise (docs/design/10_kernel_generation_rl.md)."""
     demonstrated = [t for t in tasks if t["family"] == t["name"]]
     return demonstrated, [t for t in tasks if t["family"] != t["name"]]
 

@@ -93,7 +93,7 @@ REFERENCE_CACHE_SIZE = 4
 """tasks whose reference outputs stay in memory. A GRPO step checks its few tasks many times, so a handful is
 enough; each entry holds six input sets' outputs (up to 24 MB per task at the cpu shapes), and keeping all 62
 tasks, as an earlier cache of 128 did, held 1.1 GB in lesson 10's kernel. Recomputing one costs about 0.2 s
-(results/notes/10_kernel_generation_rl.md)"""
+(docs/design/10_kernel_generation_rl.md)"""
 
 
 @lru_cache(maxsize=REFERENCE_CACHE_SIZE)
