@@ -119,4 +119,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             total = [c for c in cells if c[0] == "total"]
             seconds = total[0][1] if total else sum(s for _, s, _ in cells)
             peak = max(mb for _, _, mb in cells)
-            terminalreporter.write_line(f"notebooks/{Path(path).name}: {seconds:.1f}s  nbval; peak {peak:.0f} MB")
+            slowest = sorted((c for c in cells if c[0] != "total"), key=lambda c: -c[1])[:3]
+            terminalreporter.write_line(f"notebooks/{Path(path).name}: {seconds:.1f}s  nbval; peak {peak:.0f} MB; "
+                                        "slowest " + ", ".join(f"{cell} {s:.1f}s" for cell, s, _ in slowest))

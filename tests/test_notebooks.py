@@ -76,6 +76,7 @@ class Executions:
             status = "stubs raise NotImplementedError" if stubs_only else run.status
             if run.peak_rss_mb and run.cell_peak_rss_mb:  # CI's kernels have read a few hundred MB above this machine's: print every peak
                 status += f"; peak {run.peak_rss_mb:.0f} MB (heaviest cell {run.heaviest_cells()[0][0]})"
+            status += "; slowest " + ", ".join(f"cell {i} {sec:.1f}s" for i, sec in run.slowest_cells(3))
             self.runtimes.append((relpath, run.seconds, status))
             print(f"{relpath}: {run.seconds:.1f}s")
         return self.runs[relpath]
