@@ -18,7 +18,7 @@ import pytest
 NBVAL_PROFILE = os.environ.get("AGENTRL_NBVAL_PROFILE", "smoke")
 """the profile the nbval kernels run in (AGENTRL_PROFILE is set for them when the first notebook starts)"""
 SLACK = float(os.environ.get("AGENTRL_SMOKE_SLACK", "1.5"))
-"""a lesson may take its budget times this slack times the machine's measured slowdown (`runner.machine_slowdown`)"""
+"""a lesson may take its budget times this slack times the machine's measured slowdown (`budgets.machine_slowdown`)"""
 
 
 class LessonClock:
@@ -34,7 +34,7 @@ CLOCK = pytest.StashKey[LessonClock]()
 
 
 def _is_nbval(item: pytest.Item) -> bool:
-    return type(item).__name__ == "NbCellItem"
+    return type(item).__name__ == "IPyNbCell"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -63,10 +63,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_call(item: pytest.Item):
     if not _is_nbval(item):
         return (yield)
-    from agentrl_lite.course.runner import _peak_rss
+    from agentrl_lite.course.memory import peak_memory
 
     start = time.perf_counter()
-    with _peak_rss() as peak:
+    with peak_memory() as peak:
         try:
             return (yield)
         finally:
@@ -87,7 +87,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def _over_budget(path: str, clock: LessonClock) -> str | None:
-    from agentrl_lite.course.runner import BUDGET_S, MEMORY_BUDGET_MB, machine_slowdown
+    from agentrl_lite.course.budgets import BUDGET_S, MEMORY_BUDGET_MB, machine_slowdown
 
     seconds = time.perf_counter() - clock.started[path]
     cells = clock.cells.get(path, [])

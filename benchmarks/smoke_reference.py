@@ -1,8 +1,8 @@
-"""The reference speed the smoke profile's time budget is stated on (`course.runner.machine_slowdown`).
+"""The reference speed the smoke profile's time budget is stated on (`course.budgets.machine_slowdown`).
 
 A smoke notebook must finish within 150 s (× 1.5 slack) on the machine the budget was set on. CI machines run up
 to twice slower on some days (session 29's CI: every lesson from 04 on over the limit, the suite past 90 minutes),
-so the notebook test stretches the budget by how much slower this machine runs `runner.reference_workload` than
+so the notebook test stretches the budget by how much slower this machine runs `budgets.reference_workload` than
 the reference does. Run this on an idle machine whose smoke runtimes are the ones the budget was set from:
 
     python benchmarks/smoke_reference.py [--repeats 7]     # writes results/bench/bench_smoke_reference.json
@@ -16,7 +16,7 @@ import os
 import torch
 
 from agentrl_lite.course import write_results
-from agentrl_lite.course.runner import reference_workload
+from agentrl_lite.course.budgets import reference_workload
 
 
 def main() -> None:

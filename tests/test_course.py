@@ -270,7 +270,8 @@ def test_cli_exercises_check_and_strip_exit_codes(tmp_path: Path, capsys: pytest
 def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from agentrl_lite.course.runner import BUDGET_S, record_course_run
+    from agentrl_lite.course.budgets import BUDGET_S
+    from agentrl_lite.course.course_runs import record_course_run
 
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
 
@@ -282,7 +283,7 @@ def test_a_whole_course_run_is_recorded_as_a_results_file(tmp_path: Path, monkey
         (run_dir / "runs.json").write_text(json.dumps({**summary, **machine}))
         return run_dir
 
-    monkeypatch.setattr("agentrl_lite.course.runner.device_name", lambda: "Machine A (2 cores)")
+    monkeypatch.setattr("agentrl_lite.course.course_runs.device_name", lambda: "Machine A (2 cores)")
     monkeypatch.setattr("agentrl_lite.course.results.device_name", lambda: "Machine A (2 cores)")
 
     whole = run("20260101T000000Z", "make course PROFILE=cpu",
@@ -329,8 +330,9 @@ def test_a_lesson_measured_on_both_kinds_of_machine_keeps_a_row_of_each(tmp_path
     """A bf16 machine runs a lesson 2-3x faster than one without: its row must not hide the slower one."""
     import json
 
+    from agentrl_lite.course.budgets import BUDGET_S
+    from agentrl_lite.course.course_runs import record_course_run
     from agentrl_lite.course.docs import render_course_cpu
-    from agentrl_lite.course.runner import BUDGET_S, record_course_run
 
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
 

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from agentrl_lite.course.budgets import BUDGET_S, CELL_TIMEOUT_S, MEMORY_BUDGET_MB, machine_slowdown
 from agentrl_lite.course.cli import main
 from agentrl_lite.course.exercises import (
     cell_stdout,
@@ -31,14 +32,7 @@ from agentrl_lite.course.exercises import (
     notebook_text,
     strip_outputs,
 )
-from agentrl_lite.course.runner import (
-    BUDGET_S,
-    CELL_TIMEOUT_S,
-    MEMORY_BUDGET_MB,
-    NotebookRun,
-    execute_notebook,
-    machine_slowdown,
-)
+from agentrl_lite.course.runner import NotebookRun, execute_notebook
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -48,8 +42,8 @@ EXECUTED_HERE = [n for n in NOTEBOOKS if not n.startswith("notebooks/")]
 """the notebooks these tests execute; the lessons run under nbval in the same `make test`"""
 PAIRS = sorted(p.name for p in (REPO / "solutions").glob("*.ipynb"))
 SLACK = float(os.environ.get("AGENTRL_SMOKE_SLACK", "1.5"))
-"""A smoke notebook must finish within its budget (`runner.BUDGET_S`, on the reference machine: 2 idle cores) times this slack,
-times how much slower this machine runs now (`runner.machine_slowdown`, at most 3×: CI machines ran twice slower on
+"""A smoke notebook must finish within its budget (`budgets.BUDGET_S`, on the reference machine: 2 idle cores) times this slack,
+times how much slower this machine runs now (`budgets.machine_slowdown`, at most 3×: CI machines ran twice slower on
 some days). Any single cell is stopped after twice the budget."""
 
 
@@ -359,11 +353,11 @@ def test_pages_a_forked_child_shares_with_its_parent_count_once_in_a_kernels_mem
 
     import psutil
 
-    from agentrl_lite.course import runner
+    from agentrl_lite.course import memory
 
     if not Path("/proc/self/smaps_rollup").exists():
         pytest.skip("no PSS on this system: the runner falls back to RSS")
-    with runner._peak_rss() as before:  # whatever earlier tests left running (a forkserver): not this test's
+    with memory.peak_memory() as before:  # whatever earlier tests left running (a forkserver): not this test's
         time.sleep(0.6)
     mb = 300
     forking = (f"import os, sys, time\nblock = bytearray(b'x' * ({mb} << 20))\n"
@@ -372,15 +366,15 @@ def test_pages_a_forked_child_shares_with_its_parent_count_once_in_a_kernels_mem
     kernel = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {forking!r}])\n"
     parent = subprocess.Popen([sys.executable, "-c", kernel], stdout=subprocess.PIPE, text=True)
     read_by_pss = []
-    real = runner._resident_bytes
-    monkeypatch.setattr(runner, "_resident_bytes", lambda p: read_by_pss.append(p.pid) or real(p))
+    real = memory.resident_bytes
+    monkeypatch.setattr(memory, "resident_bytes", lambda p: read_by_pss.append(p.pid) or real(p))
     try:
         assert parent.stdout.readline().strip() == "ready"
         time.sleep(0.5)
         tree = [psutil.Process(parent.pid), *psutil.Process(parent.pid).children(recursive=True)]
         assert len(tree) == 3
         assert sum(p.memory_info().rss for p in tree) / 2**20 > 2 * mb, "two map the block: an RSS sum counts it twice"
-        with runner._peak_rss() as peak:
+        with memory.peak_memory() as peak:
             time.sleep(0.6)
         assert mb < peak[0] - before[0] < 1.3 * mb, f"the block once: {peak[0] - before[0]:.0f} MB"
         assert {p.pid for p in tree[1:]} <= set(read_by_pss) and parent.pid not in read_by_pss, (
@@ -395,16 +389,16 @@ def test_pages_a_forked_child_shares_with_its_parent_count_once_in_a_kernels_mem
 def test_the_smoke_budget_stretches_by_the_measured_slowdown_within_bounds(monkeypatch) -> None:
     """A busy machine gets a longer budget, by its speed on a fixed workload against the reference's; never less than
     the budget, never more than three budgets, and the budget itself when the reference was never measured."""
-    from agentrl_lite.course import runner
+    from agentrl_lite.course import budgets
 
     reference = {"metrics": {"reference_workload_s": 2.0}}
-    monkeypatch.setattr(runner, "read_results", lambda name: reference if name == "bench_smoke_reference" else None)
+    monkeypatch.setattr(budgets, "read_results", lambda name: reference if name == "bench_smoke_reference" else None)
     for measured, expected in ((3.0, 1.5), (1.0, 1.0), (20.0, 3.0)):
         times = iter([measured + 0.5, measured, measured + 1.0])  # the best of three counts
-        monkeypatch.setattr(runner, "reference_workload", lambda times=times: next(times))
-        assert runner.machine_slowdown() == pytest.approx(expected)
-    monkeypatch.setattr(runner, "read_results", lambda name: None)
-    assert runner.machine_slowdown() == 1.0
+        monkeypatch.setattr(budgets, "reference_workload", lambda times=times: next(times))
+        assert budgets.machine_slowdown() == pytest.approx(expected)
+    monkeypatch.setattr(budgets, "read_results", lambda name: None)
+    assert budgets.machine_slowdown() == 1.0
     assert (REPO / "results" / "bench" / "bench_smoke_reference.json").exists(), "the reference is committed"
 
 

@@ -54,3 +54,36 @@ def test_torch_index_installs_the_pinned_torch_first_and_only_when_asked():
     assert f'"torch=={torch}" --index-url https://wheels.example/cpu' in lines[first]
     assert first < next(i for i, line in enumerate(lines) if "-e '.[dev]'" in line), "torch before the rest"
     assert not any("--index-url" in line for line in recipe()), "the default install is unchanged"
+
+
+def test_paths_outside_the_checkout_fail_with_what_to_set(tmp_path, monkeypatch):
+    """After a plain `pip install .` the package sits in site-packages, away from data/ and results/: asking for
+    them names AGENTRL_ROOT; importing a task family still works; AGENTRL_ROOT and AGENTRL_DATA move them."""
+    import pytest
+
+    from agentrl_lite import paths
+
+    monkeypatch.delenv("AGENTRL_ROOT", raising=False)
+    monkeypatch.delenv("AGENTRL_DATA", raising=False)
+    assert paths.course_root() == ROOT and paths.data_dir() == ROOT / "data"
+    monkeypatch.setattr(paths, "__file__", str(tmp_path / "site-packages" / "agentrl_lite" / "paths.py"))
+    with pytest.raises(FileNotFoundError, match="set AGENTRL_ROOT"):
+        paths.data_dir()
+    import agentrl_lite.tasks as tasks
+
+    with pytest.raises(FileNotFoundError, match="AGENTRL_ROOT"):
+        tasks.DATA_DIR  # noqa: B018  (read lazily: the import itself did not fail)
+    monkeypatch.setenv("AGENTRL_ROOT", str(ROOT))
+    assert tasks.DATA_DIR == ROOT / "data"
+    monkeypatch.setenv("AGENTRL_DATA", str(tmp_path))
+    assert paths.data_dir() == tmp_path
+    monkeypatch.setenv("AGENTRL_ROOT", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="no data/ folder"):
+        paths.course_root()
+
+
+def test_the_license_is_the_one_pyproject_declares():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text

@@ -23,7 +23,7 @@ from pathlib import Path
 
 
 def _course(args: argparse.Namespace) -> int:
-    from agentrl_lite.course.runner import failed_notebooks, run_course
+    from agentrl_lite.course.course_runs import failed_notebooks, run_course
 
     try:
         run_dir = run_course(args.notebooks, profile=args.profile, out_root=args.out, only=args.only)

@@ -130,7 +130,7 @@ SYSTEM_GB = 2
 
 def memory_statement(notebooks: dict[str, dict]) -> str:
     """What RAM the lessons need, from the measured peaks of their kernels against the course's budget."""
-    from agentrl_lite.course.runner import MEMORY_BUDGET_MB
+    from agentrl_lite.course.budgets import MEMORY_BUDGET_MB
 
     budget = MEMORY_BUDGET_MB["cpu"]
     measured = {name.removesuffix(".ipynb"): n["peak_rss_mb"] for name, n in notebooks.items() if n.get("peak_rss_mb")}
@@ -293,7 +293,7 @@ def render_bench_test_suite(results: dict) -> str:
             f"{m['solutions_seconds'] / 60:.0f} min and the exercises {m['exercises_seconds'] / 60:.0f} min. `make unit` "
             f"is the first part; `make course PROFILE=smoke` the second; a cold machine adds the installs. CI "
             f"machines have run the suite slower than this on some days: a smoke notebook over its budget (150 s × "
-            f"1.5) is judged against the slowdown the machine measures at that moment (`runner.machine_slowdown`, at "
+            f"1.5) is judged against the slowdown the machine measures at that moment (`budgets.machine_slowdown`, at "
             f"most 3×).")
 
 

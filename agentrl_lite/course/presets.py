@@ -9,7 +9,7 @@ choice, written once:
   at most 8 episodes and 1024 tokens per micro-batch (a group's shared prompt counted once,
   `logprobs.pass_tokens`), and `GRPOConfig`'s gradient checkpointing (on by default): the pass keeps each
   decoder layer's input only, which helps keep a lesson's kernel under the course's 4 GB
-  (`course.runner.MEMORY_BUDGET_MB`);
+  (`course.budgets.MEMORY_BUDGET_MB`);
 - sampling with a bf16 copy of the policy on a CPU with bf16 instructions (`models.fast_sampler_dtype`),
   corrected by truncated importance sampling (the trainer's `is_cap`);
 - `skip_empty_updates`: a batch without reward spread does not step AdamW (lesson 06 shows why);

@@ -25,15 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from agentrl_lite.course.budgets import CELL_TIMEOUT_S
+from agentrl_lite.course.course_runs import _new_run_dir, write_runs_summary
 from agentrl_lite.course.profiles import resolve_profile
 from agentrl_lite.course.results import metric, result_path, results_root, write_results
-from agentrl_lite.course.runner import (
-    CELL_TIMEOUT_S,
-    _environ,
-    _new_run_dir,
-    execute_notebook,
-    write_runs_summary,
-)
+from agentrl_lite.course.runner import _environ, execute_notebook
 from agentrl_lite.paths import course_root
 from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
 
@@ -241,7 +237,7 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
         if run.status != "ok":
             raise RuntimeError(f"seed {seed}: {spec.notebook} failed ({run.error}); executed copy in {seed_dir}")
         records[seed] = json.loads(result_path(seed_dir, profile, spec.results).read_text())
-        # the same summary a course run writes, so `runner.record_course_run(seed_dir)` can take its runtime
+        # the same summary a course run writes, so `course_runs.record_course_run(seed_dir)` can take its runtime
         write_runs_summary(seed_dir, profile, f"{command}  # seed {seed}", [run])
         if seed == NOTEBOOK_SEED and profile != "smoke" and not parameters:  # the notebook's own committed run too
             write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],
