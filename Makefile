@@ -46,8 +46,8 @@ test: setup  ## unit tests, every lesson under nbval, every solution and exercis
 		&& rm -rf .pytest_tmp
 # temporary files go to .pytest_tmp in the project, not /tmp; removed when the tests pass, kept to inspect when not
 
-unit: setup  ## unit tests only: no notebook is executed
-	$(BIN)/python -m pytest -q -m "not notebooks" --basetemp=.pytest_tmp tests $(PYTEST_ARGS) && rm -rf .pytest_tmp
+unit: setup  ## the fast tier: unit tests that take under about two seconds each, no notebook (a few minutes)
+	$(BIN)/python -m pytest -q -m "not notebooks and not slow" --basetemp=.pytest_tmp tests $(PYTEST_ARGS) && rm -rf .pytest_tmp
 
 nbval: setup  ## every lesson under nbval alone (pytest --nbval-lax: each cell must run; outputs are not compared)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(NBVAL) notebooks/ $(PYTEST_ARGS)

@@ -102,6 +102,7 @@ def test_an_arrow_back_up_would_be_found():
 
 @pytest.mark.parametrize("core", ["agentrl_lite.loss", "agentrl_lite.models", "agentrl_lite.grpo",
                                   "agentrl_lite.tasks.search"])
+@pytest.mark.slow
 def test_importing_a_core_module_runs_no_course_code(core):
     """A fresh interpreter: importing the RL core (or a task family) must not load agentrl_lite.course."""
     import subprocess

@@ -58,6 +58,7 @@ def assert_same_episodes(a, b):
         torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_the_hostile_script_replays_identically_with_both_engines(scripted):
     model, tokenizer = scripted
     prompts = [[SYSTEM, {"role": "user", "content": "Find x."}]] * 2

@@ -80,6 +80,7 @@ def test_report_summaries():
     assert row["policy"] == "after SFT" and row["crates"] == 1.0 and row["calls (change)"] == 0.5
 
 
+@pytest.mark.slow
 def test_evaluate_rolls_out_and_scores_every_task_through_the_environment():
     model, tokenizer = tiny_policy()
     tasks = word_problem_tasks(3, seed=0)

@@ -43,6 +43,7 @@ def params(model):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
+@pytest.mark.slow
 def test_resume_reaches_the_identical_state(tmp_path):
     straight = make_trainer(tmp_path / "a")
     before = params(straight.model)
@@ -101,6 +102,7 @@ def test_an_update_favours_better_than_average_episodes(tmp_path, loss_type):
     assert change[advantages > 0].mean() > change[advantages < 0].mean(), (advantages, change)
 
 
+@pytest.mark.slow
 def test_a_batch_with_no_trainable_token_is_skipped_not_a_crash(tmp_path):
     # a 5-token budget cuts every episode; masking truncated completions leaves no token in the loss
     short = RolloutConfig(max_turns=1, max_new_tokens=5, temperature=1.0, progress=False)
@@ -115,6 +117,7 @@ def test_a_batch_with_no_trainable_token_is_skipped_not_a_crash(tmp_path):
     assert trainer.step()["grad_norm"] > 0
 
 
+@pytest.mark.slow
 def test_report_to_trackio_receives_every_row(tmp_path, monkeypatch):
     import sys
     import types
@@ -147,6 +150,7 @@ def answer_half(episodes):
     return episodes
 
 
+@pytest.mark.slow
 def test_void_turn_episodes_get_no_gradient_when_filtered(tmp_path):
     sampler = make_trainer(tmp_path)
     episodes = answer_half(sampler.sample_groups(sampler.next_tasks(2)))
@@ -180,6 +184,7 @@ def test_void_turn_ratio_is_logged(tmp_path, filter_void_turns, filtered):
 
 
 # -------------------------------------------------------------------------------------- credit modes
+@pytest.mark.slow
 def test_broadcast_credit_is_the_episode_advantage_and_discounted_with_gamma_one_trains_identically(tmp_path):
     trainer = make_trainer(tmp_path / "a")
     episodes = trainer.sample_groups(trainer.next_tasks(2))
@@ -352,6 +357,7 @@ def test_the_trainers_loss_is_the_configs_loss_gspo_included(tmp_path, monkeypat
         LossConfig(importance_sampling_level="turn")
 
 
+@pytest.mark.slow
 def test_a_bf16_sampler_samples_is_refreshed_after_each_step_and_is_corrected(tmp_path):
     trainer = make_trainer(tmp_path, sampler_dtype="bfloat16", steps=2)
     assert trainer.sampler is not None and next(trainer.sampler.parameters()).dtype == torch.bfloat16
@@ -427,6 +433,7 @@ def test_stratified_steps_hold_every_kind_and_resume_in_the_same_order(tmp_path)
     assert [t["question"] for t in resumed.next_tasks(6)] == ahead
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_logs_its_refills(tmp_path):
     """A reward without spread in any group makes dynamic sampling refill as often as it may, and says so."""
     trainer = make_trainer(tmp_path / "a", steps=1, dynamic_sampling=True, max_refills=2)
@@ -435,6 +442,7 @@ def test_dynamic_sampling_logs_its_refills(tmp_path):
     assert "sampling/refills" not in make_trainer(tmp_path / "b", steps=1).step()
 
 
+@pytest.mark.slow
 def test_the_loss_sees_importance_weights_only_with_a_cap(tmp_path, monkeypatch):
     seen = []
     real = grpo.policy_loss
@@ -561,6 +569,7 @@ def test_skipping_zero_advantage_episodes_keeps_the_gradient(tmp_path):
     assert metrics[0]["loss"] == pytest.approx(metrics[1]["loss"], rel=1e-4, abs=1e-7)
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_trains_the_same_steps_in_the_trainer_and_in_sft(tmp_path, monkeypatch):
     """The switch trades time for memory only: two GRPO steps (the group's shared prompt run once, then the rows)
     and two SFT steps reach the same weights and losses as without it, and the switch reaches the loss pass."""

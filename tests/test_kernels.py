@@ -39,6 +39,7 @@ def test_the_catalog_in_kernelbench_format_with_a_split():
     assert RELU.signature == "void kernel(const float* x, float* out, int n)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
 def test_every_tasks_naive_kernel_is_correct(task):
     verdict = verify(task, f"```c\n{task.naive_source()}```", shape="smoke", timing=False)
@@ -102,7 +103,8 @@ CANDIDATES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CANDIDATES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "infinite loop" else n
+                                  for n in CANDIDATES])  # the infinite loop runs to its timeout
 def test_the_candidate_suite_earns_nothing_and_crashes_nothing(name):
     text, stage, message = CANDIDATES[name]
     start = time.perf_counter()

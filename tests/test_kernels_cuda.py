@@ -202,6 +202,7 @@ def test_a_compile_error_comes_back_with_the_candidates_own_line_numbers():
     assert not result.ok and "error" in result.log and "kernel.cu(" in result.log, result.log
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_compiled_libraries_are_cached_and_the_naive_kernels_link_clean():
     text = cuda.naive_cuda_source(RELU) + "// cache test\n"

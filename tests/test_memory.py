@@ -537,6 +537,7 @@ def test_the_evidence_an_answer_cites_is_what_the_oracle_bank_stores(dialogues):
 
 
 # --- the constant memory (MEM1) -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_constant_memory_tasks_demonstrate_the_ideal_state_and_a_bound_loses_facts(dialogues):
     env = ConstantMemoryEnv()
     assert isinstance(env, Environment)

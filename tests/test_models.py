@@ -231,6 +231,7 @@ def test_sft_tokenizes_only_the_conversations_its_steps_draw(monkeypatch):
         sft(model, tokenizer, [], None, SFTConfig(steps=1, progress=False))
 
 
+@pytest.mark.slow
 def test_a_linear_schedule_steps_the_learning_rate_down_to_lr_over_steps(monkeypatch):
     """lr_schedule="linear" sets each optimizer step's rate to lr·(1 - step/steps), as TRL's linear schedule
     without warm-up; "constant" leaves lr; another name is refused before any work."""

@@ -32,6 +32,7 @@ def fresh_logprobs(model, token_ids, temperature=1.0):
     return torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
 
 
+@pytest.mark.slow
 def test_multi_turn_episode_calls_the_tool_and_answers(tool_user):
     model, tokenizer, env = tool_user
     (ep,) = rollout(model, tokenizer, [env.prompt(TASK)], env.toolbox_for,
@@ -187,6 +188,7 @@ def test_rollout_episodes_are_void_exactly_when_they_end_without_call_or_answer(
     assert cut.stop_reason == "max_tokens" and "<tool_call>" in cut.turns[-1].content and cut.has_void_turn
 
 
+@pytest.mark.slow
 def test_sft_in_token_capped_passes_takes_the_same_steps():
     """SFTConfig.micro_batch_tokens splits a batch into passes; the loss and the update are the batch's."""
     env = ArithmeticEnv()

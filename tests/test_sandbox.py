@@ -38,6 +38,13 @@ WORKER_FILE = REPO_ROOT / "agentrl_lite" / "sandbox_worker.py"
 SECRET = f"hunter2-{uuid.uuid4().hex}"
 
 
+def _sandbox_own_names(folder: Path) -> list[str]:
+    """Names the sandbox itself puts in `folder`: its private working directory when the checkout lives in /tmp
+    (a fresh clone under /tmp sees /tmp/work, the sandbox's own, not the host's /tmp)."""
+    private = Path(sandbox.PRIVATE_WORKDIR)
+    return [private.name] if folder == private.parent else []
+
+
 def _names_towards_interpreter(directory: Path) -> list[str]:
     """Entries of `directory` on the way to the interpreter's own files (a virtual environment inside the
     checkout): the sandbox shows those, empty but for the interpreter."""
@@ -305,7 +312,8 @@ def test_hostile_code_is_contained(case: Case, backend: Backend, bystander, list
                          ("LISTEN_PORT", str(listener.getsockname()[1])), ("HOME_DIR", str(Path.home())),
                          ("REPO_ROOT", str(REPO_ROOT)), ("REPO_PARENT", str(REPO_ROOT.parent)),
                          ("TOWARDS_INTERPRETER", repr(_names_towards_interpreter(REPO_ROOT)
-                                                      + _names_towards_interpreter(REPO_ROOT.parent))),
+                                                      + _names_towards_interpreter(REPO_ROOT.parent)
+                                                      + _sandbox_own_names(REPO_ROOT.parent))),
                          ("OUTSIDE_NAME", name),
                          *[(f"OUTSIDE_{key}", str(d / name)) for key, d in host_dirs.items()]]:
         code = code.replace(token, value)

@@ -371,6 +371,7 @@ def test_recall_at_k_of_gold_and_of_wrong_queries(index, questions):
     assert recall_at_k(index, ["zzzz"], q["support"], 3) == 0.0
 
 
+@pytest.mark.slow
 def test_bm25s_keeps_jax_off_the_gpu(tmp_path):
     """bm25s runs a JAX top-k at import; JAX's first call on a GPU reserves 75% of its memory (105 GiB on an H200).
     A stand-in `jax` records the platform it was imported under: the course's import of bm25s must say cpu, and

@@ -89,6 +89,7 @@ def test_history_keeps_training_rows_only():
     assert [r["step"] for r in rows] == [1, 2] and rows[1]["reward"] == 0.75 and rows[0]["loss"] == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("micro_batch_size", [8, 2])  # 2: four accumulated passes per optimizer step
 def test_trl_runs_our_env_and_reward_with_a_tiny_model(tmp_path, micro_batch_size):
@@ -196,6 +197,7 @@ def scripted_generate(tokenizer):
     return generate
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_trl_runs_our_tool_env_through_environment_factory(tmp_path):
     model, tokenizer = tiny_policy(seed=0)
