@@ -1,5 +1,5 @@
-"""How long `make test` took: reads the log of a `make test` run (pytest's `--durations` lines, its notebook
-runtimes sections, the lessons' under nbval included, and its closing summary), and optionally that of a
+"""How long `make test` took: reads the log of a `make test` run (its notebook runtimes sections, the lessons'
+under nbval included, and its closing summary; everything else counts as the other tests), and optionally that of a
 `make unit` run, and writes results/bench/bench_test_suite.json (docs/results.md renders it). Usage, from the
 repository root on a quiet machine:
 
@@ -22,13 +22,11 @@ def parse(log: str) -> dict:
         raise SystemExit("no pytest summary line in the log: did the run finish?")
     failed, passed, skipped, seconds = summary[-1]
     notebooks = {m[0]: float(m[1]) for m in re.findall(r"^((?:notebooks|solutions|exercises)/\S+\.ipynb): ([\d.]+)s  ", log, re.M)}
-    calls = [(float(s), name) for s, name in re.findall(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S+)", log, re.M)]
-    in_notebook_tests = sum(s for s, name in calls if name.startswith(("tests/test_notebooks.py", "notebooks/")))
+    parts = {part: sum(s for n, s in notebooks.items() if n.startswith(f"{folder}/"))
+             for part, folder in (("lessons", "notebooks"), ("solutions", "solutions"), ("exercises", "exercises"))}
     return {"seconds": float(seconds), "failed": int(failed or 0), "passed": int(passed), "skipped": int(skipped or 0),
-            "notebook_seconds": notebooks,
-            **{f"{part}_seconds": sum(s for n, s in notebooks.items() if n.startswith(f"{folder}/"))
-               for part, folder in (("lessons", "notebooks"), ("solutions", "solutions"), ("exercises", "exercises"))},
-            "other_tests_seconds": sum(s for s, _ in calls) - in_notebook_tests}
+            "notebook_seconds": notebooks, **{f"{part}_seconds": round(s, 2) for part, s in parts.items()},
+            "other_tests_seconds": round(float(seconds) - sum(parts.values()), 2)}
 
 
 def main() -> None:

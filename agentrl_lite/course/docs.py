@@ -281,20 +281,27 @@ def render_seed_studies(results_dir: Path) -> str:
 
 
 def render_bench_test_suite(results: dict) -> str:
-    """The test suite's wall time, by part, from benchmarks/suite_time.py's reading of a `make test` log."""
+    """The test suite's wall time, by part, from benchmarks/suite_time.py's reading of a `make test` log (and of a
+    `make unit` log when one was given)."""
+    from agentrl_lite.course.budgets import BUDGET_S
+
     m = results["metrics"]
     lessons = {n: t for n, t in m["notebook_seconds"].items() if n.startswith("notebooks/")}
     slowest = max(lessons, key=lessons.get)
+    over = sorted(n.removeprefix("notebooks/").removesuffix(".ipynb")[:2] for n, t in lessons.items() if t > 60)
     outcome = f"{m['passed']} passed" + (f", **{m['failed']} failed**" if m["failed"] else "")
-    return (f"Measured `make test` ({_short_device(results['device'])}, {results['date'][:10]}; {m['note']}): "
-            f"{m['seconds'] / 60:.0f} min in all ({outcome}): the unit tests {m['other_tests_seconds'] / 60:.0f} min, "
-            f"the {len(lessons)} lessons in the smoke profile {m['lessons_seconds'] / 60:.0f} min (the slowest, "
-            f"{slowest.removeprefix('notebooks/').removesuffix('.ipynb')}, {lessons[slowest]:.0f} s), the solutions "
-            f"{m['solutions_seconds'] / 60:.0f} min and the exercises {m['exercises_seconds'] / 60:.0f} min. `make unit` "
-            f"is the first part; `make course PROFILE=smoke` the second; a cold machine adds the installs. CI "
-            f"machines have run the suite slower than this on some days: a smoke notebook over its budget (150 s × "
-            f"1.5) is judged against the slowdown the machine measures at that moment (`budgets.machine_slowdown`, at "
-            f"most 3×).")
+    bf16 = {True: ", fast bf16", False: ", no fast bf16"}.get(m.get("fast_bf16"), "")
+    runner = " under nbval" if m.get("lessons_runner") == "nbval" else ""
+    unit = (f" `make unit` took {m['unit_seconds'] / 60:.1f} min of tests on the same machine."
+            if "unit_seconds" in m else "")
+    return (f"Measured `make test` ({_short_device(results['device'])}{bf16}, {results['date'][:10]}; {m['note']}): "
+            f"{m['seconds'] / 60:.0f} min of tests ({outcome}): the lessons{runner} "
+            f"{m['lessons_seconds'] / 60:.1f} min (the slowest, "
+            f"{slowest.removeprefix('notebooks/').removesuffix('.ipynb')}, {lessons[slowest]:.0f} s; over 60 s: "
+            f"{', '.join(over) or 'none'}), the solutions {m['solutions_seconds'] / 60:.1f} min, the exercises "
+            f"{m['exercises_seconds'] / 60:.1f} min and everything else {m['other_tests_seconds'] / 60:.1f} min."
+            f"{unit} A smoke notebook fails over {BUDGET_S['smoke']} s × 1.5, stretched by the slowdown the machine "
+            f"measures at that moment (`budgets.machine_slowdown`, at most 3×).")
 
 
 BLOCKS: dict[str, Callable[[dict], str]] = {
