@@ -16,10 +16,8 @@ import copy
 import ctypes
 import gc
 import importlib.util
-import os
 import platform
 import tempfile
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -325,24 +323,34 @@ class WeightStash:
 
     A lesson that compares runs from one starting point restarts each run from a copy of the weights; kept in
     memory each copy of SmolLM2-135M costs 540 MB, on disk it costs nothing while training runs. Restoring is
-    exact (the same float32 values) and takes about half a second. The file is deleted with the object.
+    exact (the same float32 values) and takes about half a second. The file has no name from the start (it is
+    unlinked as it is created, and read back through `/proc/self/fd`): a kernel killed mid-lesson leaves
+    nothing behind in the temporary folder, where named stashes once piled up at 540 MB each.
     """
 
     def __init__(self, model: PreTrainedModel | torch.nn.Module) -> None:
-        handle, name = tempfile.mkstemp(prefix="agentrl-weights-", suffix=".pt")
-        os.close(handle)
-        self.path = Path(name)
-        self._cleanup = weakref.finalize(self, self.path.unlink, missing_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, self.path)
+        self._file = tempfile.TemporaryFile(prefix="agentrl-weights-", suffix=".pt")
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, self._file)
+        self._file.flush()
 
     def restore(self, model: PreTrainedModel | torch.nn.Module) -> None:
         """Load the stashed weights into `model` (same architecture) in place."""
-        model.load_state_dict(torch.load(self.path, map_location="cpu", mmap=True, weights_only=True))
+        if self._file.closed:
+            raise ValueError("this weight stash was deleted")
+        by_fd = Path(f"/proc/self/fd/{self._file.fileno()}")
+        if by_fd.exists():  # Linux: memory-map the unnamed file, no second copy in RAM
+            state = torch.load(by_fd, map_location="cpu", mmap=True, weights_only=True)
+        else:
+            self._file.seek(0)
+            state = torch.load(self._file, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+        del state
         release_memory()
 
     def delete(self) -> None:
-        """Remove the file now (it is removed anyway when the stash is garbage-collected or Python exits)."""
-        self._cleanup()
+        """Free the file's disk space now (it is freed anyway when the stash is garbage-collected or the process
+        ends, however it ends)."""
+        self._file.close()
 
 
 def stash_weights(model: PreTrainedModel | torch.nn.Module) -> WeightStash:

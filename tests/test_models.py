@@ -1,7 +1,11 @@
 """Policy loading: local paths, LoRA, dtype, the tool-capable template, and actionable errors."""
 
 import importlib.util
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -77,20 +81,32 @@ def test_adamw_is_fused_on_cpu_and_steps_like_the_plain_loop():
     assert max((a - b).abs().max().item() for a, b in zip(*results, strict=True)) < 1e-5
 
 
-def test_stashed_weights_restore_exactly_and_their_file_goes_with_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(models.tempfile, "tempdir", str(tmp_path))  # the stash's file lands here
+def test_stashed_weights_restore_exactly_and_leave_no_file_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(models.tempfile, "tempdir", str(tmp_path))  # a named stash file would land here
     model, _ = tiny_policy(seed=0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     stash = models.stash_weights(model)
-    assert list(tmp_path.iterdir()) == [stash.path]
+    assert not list(tmp_path.iterdir()), "the stash has no name: a killed process cannot leave it behind"
+    assert os.fstat(stash._file.fileno()).st_size > 0
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)
     stash.restore(model)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     stash.delete()
-    assert not list(tmp_path.iterdir())
-    models.stash_weights(model)  # dropped at once: garbage collection removes its file
+    with pytest.raises(ValueError, match="deleted"):
+        stash.restore(model)
+
+
+def test_a_killed_process_leaves_no_stash_file(tmp_path):
+    code = ("import os, signal, tempfile; tempfile.tempdir = os.environ['STASH_DIR']\n"
+            "from agentrl_lite import models\n"
+            "from agentrl_lite.models import tiny_policy\n"
+            "stash = models.stash_weights(tiny_policy(seed=0)[0])\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "STASH_DIR": str(tmp_path)},
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr[-2000:]
     assert not list(tmp_path.iterdir())
 
 
