@@ -35,8 +35,10 @@ import re
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
+if TYPE_CHECKING:  # nbformat loads jsonschema's format checkers (about 2 s): only the tools that build or
+    import nbformat  # read notebooks import it, never the `check` a notebook calls
 
 BEGIN_RE = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION(?::[ \t]*(?P<hint>.*?))?[ \t]*$")
 END_RE = re.compile(r"^(?P<indent>[ \t]*)# END SOLUTION[ \t]*$")
@@ -115,11 +117,15 @@ def notebook_text(nb: nbformat.NotebookNode) -> str:
     """The notebook as stored on disk: nbformat's fixed JSON layout plus a trailing newline, so equal
     notebooks are equal bytes."""
     _ensure_cell_ids(nb)
+    import nbformat
+
     text = nbformat.writes(nb, version=nbformat.NO_CONVERT)
     return text if text.endswith("\n") else text + "\n"
 
 
 def _read(path: str | Path) -> nbformat.NotebookNode:
+    import nbformat
+
     return nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
 
 
@@ -134,6 +140,8 @@ def make_exercise(
     if isinstance(solution_nb, str | Path):
         source = source or Path(solution_nb).as_posix()
         solution_nb = _read(solution_nb)
+    import nbformat
+
     source = source or "a solution notebook"
     nb = copy.deepcopy(solution_nb)  # never touch the caller's notebook
     _clean_notebook(nb)
@@ -192,6 +200,8 @@ def strip_outputs(path: str | Path, dry_run: bool = False) -> bool:
     fixed layout. Returns True when the file changed (with `dry_run`: would change; nothing is written)."""
     path = Path(path)
     before = path.read_text(encoding="utf-8")
+    import nbformat
+
     nb = nbformat.reads(before, as_version=nbformat.NO_CONVERT)
     _clean_notebook(nb)
     after = notebook_text(nb)
