@@ -67,6 +67,7 @@ import functools
 import json
 import os
 import random
+import resource
 import selectors
 import shutil
 import signal
@@ -206,18 +207,7 @@ def _bwrap_prefix(root: bool) -> tuple[str, ...]:
     --size) with the working directory, a minimal /dev and a fresh /proc."""
     size = ("--size", str(WORKDIR_MB * 2**20)) if _bwrap_supports_size() else ()
     args = ["bwrap", "--perms", "1777", *size, "--tmpfs", "/tmp", "--perms", "1777", "--dir", PRIVATE_WORKDIR]
-    created = {"/", "/tmp"}
-    binds, symlinks = _visible_paths()
-    for path in [*symlinks, *binds]:
-        ancestors = []
-        parent = os.path.dirname(path)
-        while parent not in created:
-            ancestors.append(parent)
-            parent = os.path.dirname(parent)
-        for ancestor in reversed(ancestors):  # bwrap would create them 0700: the throwaway uid needs x
-            args += ["--perms", "0755", "--dir", ancestor]
-            created.add(ancestor)
-        args += ["--symlink", symlinks[path], path] if path in symlinks else ["--ro-bind", path, path]
+    args += _bwrap_binds(*_visible_paths())
     args += ["--dev", "/dev", "--proc", "/proc", "--chdir", PRIVATE_WORKDIR, "--remount-ro", "/dev",
              "--remount-ro", "/"]  # only /tmp stays writable: a tmpfs fills memory, so only one, capped
     if root:  # no user namespace: the worker needs CAP_SETUID/SETGID to become a throwaway uid, then none
@@ -226,6 +216,27 @@ def _bwrap_prefix(root: bool) -> tuple[str, ...]:
     else:
         args += ["--unshare-all"]
     return (*args, "--die-with-parent", "--new-session", "--")
+
+
+def _bwrap_binds(binds: list[str], symlinks: dict[str, str], writable: str | None = None) -> list[str]:
+    """bwrap options showing `binds` read-only (and `writable` read-write) at their host paths, with the
+    symlinks recreated and every folder on the way made traversable."""
+    args: list[str] = []
+    created = {"/", "/tmp"}
+    for path in [*symlinks, *binds, *([writable] if writable else [])]:
+        ancestors = []
+        parent = os.path.dirname(path)
+        while parent not in created:
+            ancestors.append(parent)
+            parent = os.path.dirname(parent)
+        for ancestor in reversed(ancestors):  # bwrap would create them 0700: the throwaway uid needs x
+            args += ["--perms", "0755", "--dir", ancestor]
+            created.add(ancestor)
+        if path in symlinks:
+            args += ["--symlink", symlinks[path], path]
+        else:
+            args += ["--bind" if path == writable else "--ro-bind", path, path]
+    return args
 
 
 def _bwrap_supports_size() -> bool:
@@ -245,13 +256,14 @@ def _interpreter_paths() -> set[str]:
     return {os.path.abspath(p) for p in paths} | {os.path.realpath(p) for p in paths}
 
 
-def _visible_paths() -> tuple[list[str], dict[str, str]]:
-    """What bwrap and unshare show of the host, read-only and at the same paths: SYSTEM_PATHS and the
-    interpreter's files that exist here. Returns (paths to bind, outermost first, none inside another;
-    symlinks to recreate: path -> target)."""
+def _visible_paths(paths: tuple[str, ...] | None = None) -> tuple[list[str], dict[str, str]]:
+    """What bwrap and unshare show of the host, read-only and at the same paths: `paths` that exist here
+    (by default SYSTEM_PATHS and the interpreter's files). Returns (paths to bind, outermost first, none
+    inside another; symlinks to recreate: path -> target)."""
+    wanted = {*SYSTEM_PATHS, *_interpreter_paths()} if paths is None else set(paths)
     binds: list[str] = []
     symlinks: dict[str, str] = {}
-    for path in sorted(p for p in {*SYSTEM_PATHS, *_interpreter_paths()} if os.path.lexists(p)):
+    for path in sorted(p for p in wanted if os.path.lexists(p)):
         if any(path.startswith(kept + "/") for kept in [*binds, *symlinks]):
             continue
         if os.path.islink(path):
@@ -565,6 +577,127 @@ def run_python(code: str, timeout_s: float = TIMEOUT_S) -> str:
         return worker.run(code, timeout_s).observation()
     finally:
         worker.kill()
+
+
+@dataclass
+class CommandResult:
+    """What a sandboxed command did (`run_command`)."""
+
+    returncode: int | None
+    """its exit status, minus the signal number when a signal ended it (bwrap reports signal n as 128 + n);
+    None when it timed out"""
+    stdout: bytes
+    stderr: bytes
+    """the first `max_output_bytes` of each stream"""
+    timed_out: bool = False
+
+
+def run_command(argv: list[str], *, readable: tuple[str, ...] = (), writable: str | None = None,
+                stdin: bytes = b"", timeout_s: float = TIMEOUT_S, memory_bytes: int = MEMORY_MB * 2**20,
+                max_output_bytes: int = 1 << 20) -> CommandResult:
+    """Run a program (a compiler, a C harness) in this machine's sandbox backend and wait for it.
+
+    Under bwrap and unshare the program sees SYSTEM_PATHS and `readable` read-only, `writable` (a host folder,
+    the working directory) read-write, a private /tmp, a minimal /dev and a fresh /proc; not the interpreter's
+    virtual environment, the checkout, data/ or home directories. It runs with no capabilities in new pid,
+    network, ipc and uts namespaces: no network, and no process it starts outlives it. Limits: `memory_bytes`
+    of address space and CPU seconds per process, MAX_FILE_BYTES per written file, MAX_OPEN_FILES; after
+    `timeout_s` every process of the sandbox is killed. Raises SandboxUnavailableError where no backend can
+    isolate code (AGENTRL_SANDBOX=rlimit runs it anyway, with the limits and the network and pid namespaces
+    unshare may create, in `writable` or a fresh temporary folder)."""
+    backend = get_backend()
+    argv = [shutil.which(argv[0]) or argv[0], *argv[1:]]
+    workdir = writable or PRIVATE_WORKDIR
+    binds, symlinks = _visible_paths((*SYSTEM_PATHS, *readable))
+    if backend.name == "bwrap":
+        size = ("--size", str(WORKDIR_MB * 2**20)) if _bwrap_supports_size() else ()
+        prefix = ["bwrap", "--perms", "1777", *size, "--tmpfs", "/tmp", "--perms", "1777", "--dir",
+                  PRIVATE_WORKDIR, *_bwrap_binds(binds, symlinks, writable), "--dev", "/dev", "--proc", "/proc",
+                  "--chdir", workdir, "--remount-ro", "/dev", "--remount-ro", "/",
+                  "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+                  "--cap-drop", "ALL", *(() if backend.separate_uid else ("--unshare-user",)),
+                  "--die-with-parent", "--new-session", "--"]
+    elif backend.name == "unshare":  # the worker builds the filesystem, drops every capability, then execs
+        config = {"exec": argv, "contain": True, "host_mount_ns": os.stat("/proc/self/ns/mnt").st_ino,
+                  "binds": binds, "symlinks": symlinks, "writable": [writable] if writable else [],
+                  "workdir": PRIVATE_WORKDIR, "chdir": workdir, "workdir_bytes": WORKDIR_MB * 2**20}
+        prefix = [*backend.prefix, sys.executable, "-I", "-c", f"# {_WORKER_TAG}\n{_worker_source()}",
+                  json.dumps(config)]
+        argv = []
+    else:
+        prefix = list(backend.prefix)
+    scratch = None if writable or backend.private_filesystem else tempfile.mkdtemp(prefix="agentrl_sandbox_")
+    cpu_s = int(timeout_s) + 1
+
+    def limits() -> None:
+        for name, value in (("RLIMIT_AS", memory_bytes), ("RLIMIT_CPU", cpu_s), ("RLIMIT_CORE", 0),
+                            ("RLIMIT_FSIZE", MAX_FILE_BYTES), ("RLIMIT_NOFILE", MAX_OPEN_FILES)):
+            resource.setrlimit(getattr(resource, name), (value, value))
+
+    try:
+        proc = subprocess.Popen([*prefix, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=_child_env(workdir), cwd=writable or scratch or "/",
+                                start_new_session=True, preexec_fn=limits)
+        try:
+            stdout, stderr, timed_out = _exchange(proc, stdin, time.monotonic() + timeout_s, max_output_bytes)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the sandbox's pid namespace dies with its first process
+            except OSError:
+                pass
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                pipe.close()
+    finally:
+        if scratch is not None:
+            _remove_tree(scratch)
+    code = proc.returncode
+    if backend.name == "bwrap" and code is not None and code > 128:
+        code = 128 - code
+    return CommandResult(None if timed_out else code, stdout, stderr, timed_out)
+
+
+def _exchange(proc: subprocess.Popen, to_send: bytes, deadline: float,
+              max_bytes: int) -> tuple[bytes, bytes, bool]:
+    """Write `to_send` to the process's stdin and read its stdout and stderr (the first `max_bytes` of each)
+    until both close or the deadline passes; (stdout, stderr, timed out)."""
+    out_fd, err_fd, stdin = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()
+    kept = {out_fd: bytearray(), err_fd: bytearray()}
+    for fd in (*kept, stdin):
+        os.set_blocking(fd, False)
+    with selectors.DefaultSelector() as selector:
+        for fd in kept:
+            selector.register(fd, selectors.EVENT_READ)
+        if to_send:
+            selector.register(stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return bytes(kept[out_fd]), bytes(kept[err_fd]), True
+            for key, _ in selector.select(min(remaining, 0.5)):
+                if key.fd == stdin:
+                    try:
+                        to_send = to_send[os.write(stdin, to_send[:1 << 20]):]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the program stopped reading
+                        to_send = b""
+                    if not to_send:
+                        selector.unregister(stdin)
+                        proc.stdin.close()
+                    continue
+                try:
+                    data = os.read(key.fd, 1 << 20)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    selector.unregister(key.fd)
+                    continue
+                buffer = kept[key.fd]
+                buffer += data[:max(0, max_bytes - len(buffer))]
+    return bytes(kept[out_fd]), bytes(kept[err_fd]), False
 
 
 class PythonSession:

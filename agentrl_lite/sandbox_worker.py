@@ -7,6 +7,9 @@ standard library: the sandbox shows no file of this package. It builds the unsha
 the host's pipes and answers one JSON line on the control fd: {"ready": true} once started, then per cell
 {"status": "ok"}, {"status": "exit", "code": n} or {"status": "exception", "type": ..., "errno": ...}.
 
+With "exec" in its config it runs a program instead of cells (`sandbox.run_command` under unshare): it builds
+the filesystem, gives up every capability and replaces itself with the program.
+
 Importing this module does nothing; only running it as a program starts the worker.
 """
 
@@ -129,7 +132,8 @@ def contain(libc: ctypes.CDLL, cfg: dict[str, Any]) -> None:
     mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing propagates to the host
     devices = [f"/dev/{name}" for name in DEVICES if os.path.exists(f"/dev/{name}")]
     # opened before the new root covers /tmp, in case a bound path lies under it
-    sources = {path: os.open(path, os.O_PATH) for path in [*cfg["binds"], *devices, "/proc"]}
+    writable = cfg.get("writable", [])
+    sources = {path: os.open(path, os.O_PATH) for path in [*cfg["binds"], *writable, *devices, "/proc"]}
     new_root = "/tmp"
     mount(libc, "tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     for directory, mode, size in [("/tmp", "1777", f",size={cfg['workdir_bytes']}"), ("/dev", "0755", "")]:
@@ -149,7 +153,8 @@ def contain(libc: ctypes.CDLL, cfg: dict[str, Any]) -> None:
         else:
             os.close(os.open(inside, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         mount(libc, f"/proc/self/fd/{fd}", inside, None, MS_BIND | MS_REC)
-        make_read_only(libc, inside, recursive=True)
+        if path not in writable:
+            make_read_only(libc, inside, recursive=True)
         os.close(fd)
     make_read_only(libc, new_root + "/dev", recursive=False)
     make_read_only(libc, new_root, recursive=False)
@@ -212,6 +217,18 @@ def serve(cfg: dict[str, Any], commands: Any, control: int) -> None:
         write_all(control, (json.dumps(result) + "\n").encode())
 
 
+def run_program(cfg: dict[str, Any]) -> None:
+    """`sandbox.run_command` under unshare: build the filesystem, give up every capability, run the program."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    contain(libc, cfg)
+    drop_capabilities(libc, None)
+    forbid_new_privileges(libc)
+    if capabilities():
+        raise SystemExit("refusing to run the program: the sandbox still holds capabilities")
+    os.chdir(cfg["chdir"])
+    os.execv(cfg["exec"][0], cfg["exec"])
+
+
 def main(cfg: dict[str, Any]) -> None:
     """Start the worker: filesystem (unshare backend), limits, privileges, then serve cells."""
     commands = os.fdopen(os.dup(0), "rb")
@@ -251,4 +268,8 @@ def main(cfg: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    config = json.loads(sys.argv[1])
+    if "exec" in config:
+        run_program(config)
+    else:
+        main(config)
