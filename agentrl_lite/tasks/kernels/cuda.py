@@ -14,7 +14,8 @@ Nothing a candidate does can reach the caller:
   `__constant__` or `__managed__` variables (state kept between calls: a cache by pointer or by shape), half
   precision types, inline PTX, clocks and OS calls, CUDA runtime calls beyond a short list, launches on a
   stream of their own, and a host function that is missing, doubled or of another signature;
-- nvcc runs in a subprocess with a timeout, first to an object file, then to a shared library (the CUDA
+- nvcc runs in the compiler's box (memory and CPU limits, its own process group killed whole on timeout, a log
+  trimmed to the candidate's own diagnostics), first to an object file, then to a shared library (the CUDA
   runtime linked statically); both are cached by a hash of source, flags, GPU architecture and nvcc version;
 - a link check reads the object file's symbol table (precise: the statically linked runtime is not in it): it
   may import only the runtime's launch and registration hooks, a few runtime calls and libm, and may define
@@ -53,6 +54,7 @@ from pathlib import Path
 import numpy as np
 
 import agentrl_lite.tasks.kernels.cpu_c as cpu_c
+from agentrl_lite.tasks.kernels import compiler
 from agentrl_lite.tasks.kernels.catalog import KernelTask
 
 SYSTEM_PROMPT = (
@@ -85,6 +87,10 @@ ALLOWED_IMPORTS = {
 NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--default-stream", "legacy")
 """flags of the object file (the library is linked with `-shared`, the CUDA runtime statically)"""
 COMPILE_TIMEOUT_S = 60.0
+NVCC_MEMORY_BYTES = 8 << 30
+"""address space of each process nvcc runs (cudafe++, cicc, ptxas, the host compiler, the linker)"""
+_NVCC_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+"""the environment nvcc may need besides PATH"""
 RUN_TIMEOUT_S = 30.0
 """wall-clock limit of one correctness child (three times this for timing): CUDA's start in a fresh process
 takes seconds, and the gpu shape's six input sets are about a gigabyte to copy"""
@@ -282,26 +288,25 @@ def compile_cuda(source: str, signature: str, arch: str | None = None,
         return cpu_c.CompileResult(True, str(library), "", 0.0, cached=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        src, tmp_obj, tmp_lib = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
-        src.write_text(wrapped)
-        log = ""
-        for command in ([nvcc, *NVCC_FLAGS, f"-arch={arch}", "-c", str(src), "-o", str(tmp_obj)],
-                        [nvcc, "-shared", f"-arch={arch}", str(tmp_obj), "-o", str(tmp_lib)]):
-            try:
-                done = subprocess.run(command, capture_output=True, text=True, cwd=tmp,
-                                      timeout=max(1.0, timeout_s - (time.perf_counter() - start)))
-            except subprocess.TimeoutExpired:
+        folder = Path(tmp)
+        (folder / "kernel.cu").write_text(wrapped)
+        log = []
+        for command in ([nvcc, *NVCC_FLAGS, f"-arch={arch}", "-c", "kernel.cu", "-o", "kernel.o"],
+                        [nvcc, "-shared", f"-arch={arch}", "kernel.o", "-o", "kernel.so"]):
+            left = max(1.0, timeout_s - (time.perf_counter() - start))
+            run = compiler.run_boxed(command, folder, left, source_name="kernel.cu", memory_bytes=NVCC_MEMORY_BYTES,
+                                     keep_env=_NVCC_ENV)
+            log.append(run.log)
+            if run.returncode is None:
                 return cpu_c.CompileResult(False, None, f"nvcc did not finish within {timeout_s:.0f} s", timeout_s)
-            log += (done.stderr or "") + (done.stdout or "")
-            if done.returncode != 0:
-                return cpu_c.CompileResult(False, None, cpu_c._trim(log.replace(tmp + "/", "")),
-                                           time.perf_counter() - start)
-        for built, target in ((tmp_obj, obj), (tmp_lib, library)):
+            if run.returncode != 0:
+                return cpu_c.CompileResult(False, None, "\n".join(filter(None, log)) or
+                                           f"nvcc failed (exit code {run.returncode})", time.perf_counter() - start)
+        for built, target in ((folder / "kernel.o", obj), (folder / "kernel.so", library)):
             partial = target.with_name(target.name + f".{os.getpid()}.tmp")
             shutil.copyfile(built, partial)
             partial.rename(target)  # atomic: another process never loads a half-written library
-    return cpu_c.CompileResult(True, str(library), cpu_c._trim(log.replace(tmp + "/", "")),
-                               time.perf_counter() - start)
+    return cpu_c.CompileResult(True, str(library), "\n".join(filter(None, log)), time.perf_counter() - start)
 
 
 def link_problems(library: str, function: str = HOST_FUNCTION) -> list[str]:

@@ -1,0 +1,189 @@
+"""Kernel verifier, compile side, as a security boundary: hostile candidates of three classes, each refused by
+the layer that should refuse it, and each layer tested alone (a candidate compiled past the static checks is
+still refused by the link check and the disassembly; gcc's box holds without the static include refusal).
+
+1. static-check bypasses: the preprocessor assembles what a check on the text forbids (token pasting, a
+   backslash-newline splice, digraphs, trigraphs, `_Pragma`), attributes in another spelling, weak imports;
+3. writable state the link check misses: a local static named like one of the toolchain's own;
+6. the compiler as an attack surface: includes that echo a file or never end, a huge unroll factor, a
+   compiler that outlives its timeout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agentrl_lite.tasks.kernels import cpu_c, task_by_name, verify
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu_c backend needs gcc")
+RELU = task_by_name("relu")
+SIG = RELU.signature
+GOOD = "    for (int i = 0; i < n; i++) out[i] = x[i] > 0.0f ? x[i] : 0.0f;\n"
+RDTSC = ' volatile("rdtsc" ::: "eax", "edx");\n'
+"""the body of an inline-assembly statement (a harmless time read), after a spelling of `__asm__`"""
+
+
+def kernel(body: str = GOOD, head: str = "#include <math.h>\n") -> str:
+    return f"{head}\n{SIG} {{\n{body}}}\n"
+
+
+def reply(source: str) -> str:
+    return f"```c\n{source}```"
+
+
+# --- class 1: what the preprocessor assembles, weak imports, constructors ---------------------------------
+BYPASSES = {
+    # name: (a correct relu kernel with a hidden extra, a substring of the static stage's message)
+    "inline assembly by token pasting": (kernel("    CAT(__as, m__)" + RDTSC + GOOD, head="#define CAT(a, b) a##b\n"),
+                                         "##"),
+    "inline assembly by a backslash-newline splice": (kernel("    __as\\\nm__" + RDTSC + GOOD), "splices"),
+    "inline assembly by digraph pasting": (kernel("    CAT(__as, m__)" + RDTSC + GOOD,
+                                                  head="%:define CAT(a, b) a %:%: b\n"), "digraph"),
+    "inline assembly by trigraph pasting": (kernel("    CAT(__as, m__)" + RDTSC + GOOD,
+                                                   head="??=define CAT(a, b) a ??=??= b\n"), "trigraph"),
+    "a weak import of creat by _Pragma": (kernel("    if (n < 0) creat(\"/tmp/x\", 0600);\n" + GOOD,
+                                                 head='_Pragma("weak creat") int creat(const char*, int);\n'),
+                                          "_Pragma"),
+    "a constructor by __attribute with one parenthesis pair": (
+        kernel(GOOD, head="__attribute((constructor)) void boot(void) {}\n"), "__attribute__"),
+    "a weak import of the Python C API": (
+        kernel("    if (n < 0) PyRun_SimpleString(\"import os\");\n" + GOOD,
+               head="__attribute((weak)) int PyRun_SimpleString(const char*);\n"), "__attribute__"),
+    "a constructor by a [[gnu::constructor]] attribute": (kernel(GOOD, head="[[gnu::constructor]] void boot(void) {}\n"),
+                                                          "attribute"),
+    "the time-stamp counter by a builtin": (kernel("    out[0] = (float)__builtin_ia32_rdtsc();\n" + GOOD),
+                                            "__builtin_ia32_rdtsc"),
+}
+
+
+@pytest.mark.parametrize("name", list(BYPASSES))
+def test_the_static_check_reads_what_the_preprocessor_makes(name):
+    source, message = BYPASSES[name]
+    verdict = verify(RELU, reply(source), shape="smoke", timing=False)
+    assert verdict.stage == "static", (verdict.stage, verdict.message)
+    assert message in verdict.message, verdict.message
+
+
+def test_the_static_check_allows_macros_headers_and_loop_hints():
+    source = kernel("    #pragma GCC unroll 8\n    for (int i = 0; i < n; i++) out[i] = RELU1(x[i]);\n",
+                    head="#include <math.h>\n#include <stdint.h>\n#include <float.h>\n#include <string.h>\n"
+                         "#define RELU1(v) ((v) > 0.0f ? (v) : 0.0f) /* a # in a comment */\n")
+    assert cpu_c.static_problems(source, SIG) == []
+
+
+LINK_ALONE = {
+    # compiled directly, past the static checks: name -> (source, a substring of a link problem)
+    "a weak import of creat": (kernel("    if (n < 0) creat(\"/tmp/x\", 0600);\n" + GOOD,
+                                      head="#pragma weak creat\nint creat(const char*, int);\n"), "calls creat"),
+    "a weak import of the Python C API": (
+        kernel("    if (n < 0) PyRun_SimpleString(\"import os\");\n" + GOOD,
+               head="__attribute__((weak)) int PyRun_SimpleString(const char*);\n"), "calls PyRun_SimpleString"),
+    "a constructor": (kernel(GOOD, head="__attribute__((constructor)) void boot(void) {}\n"), "when loaded"),
+    "a destructor": (kernel(GOOD, head="__attribute__((destructor)) void bye(void) {}\n"), "when loaded"),
+    "a system call in inline assembly": (
+        kernel('    long r; __asm__ volatile("syscall" : "=a"(r) : "a"(39L) : "rcx", "r11", "memory");\n' + GOOD),
+        "syscall"),
+    "the time-stamp counter by a builtin": (kernel("    out[0] = (float)__builtin_ia32_rdtsc();\n" + GOOD), "rdtsc"),
+    "the CPU's identity": (kernel('    unsigned a = 0, b, c = 0, d; __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), '
+                                  '"=d"(d));\n' + GOOD), "cpuid"),
+    "an int 0x80 system call": (kernel('    long r; __asm__ volatile("int $0x80" : "=a"(r) : "a"(20L));\n' + GOOD),
+                                "int"),
+}
+
+
+@pytest.mark.parametrize("name", list(LINK_ALONE))
+def test_the_link_check_alone_refuses_weak_imports_constructors_and_instructions(name):
+    source, message = LINK_ALONE[name]
+    assert cpu_c.static_problems(source, SIG), "the static check refuses it too"
+    compiled = cpu_c.compile_c(source)
+    assert compiled.ok, compiled.log
+    problems = cpu_c.link_problems(compiled.library)
+    assert any(message in p for p in problems), problems
+
+
+def test_the_link_check_passes_a_kernel_that_imports_math():
+    source = kernel("    for (int i = 0; i < n; i++) out[i] = fmaxf(tanhf(x[i]), 0.0f) + 0.0f * expf(x[i]);\n")
+    compiled = cpu_c.compile_c(source)
+    assert compiled.ok and cpu_c.link_problems(compiled.library) == [], compiled.log
+
+
+# --- class 3: writable state whatever its name ------------------------------------------------------------
+def test_a_local_static_named_like_a_toolchain_symbol_is_writable_data():
+    """`static int completed` is `completed.0` in the symbol table, the name of a flag in gcc's start-up code:
+    a filter by name lets it through, a comparison of section sizes does not."""
+    source = kernel("    static int completed;\n    if (completed == n) return;\n    completed = n;\n" + GOOD)
+    compiled = cpu_c.compile_c(source)
+    assert compiled.ok, compiled.log
+    assert any("writable" in p for p in cpu_c.link_problems(compiled.library))
+
+
+def test_a_pasted_static_cache_is_refused_before_it_runs():
+    source = kernel("    CAT(sta, tic) int completed;\n    if (completed == n) return;\n    completed = n;\n" + GOOD,
+                    head="#define CAT(a, b) a##b\n")
+    verdict = verify(RELU, reply(source), shape="smoke", timing=False)
+    assert verdict.stage in ("static", "link"), (verdict.stage, verdict.message)
+
+
+# --- class 6: the compiler -----------------------------------------------------------------------------------
+SECRET = "TOKEN_63_DO_NOT_ECHO"
+
+
+def test_an_include_never_echoes_another_files_content(tmp_path):
+    token = tmp_path / "token.txt"
+    token.write_text(f"{SECRET}\n")
+    by_macro = kernel(GOOD, head=f'#define FILE "{token}"\n#include FILE\n')
+    verdict = verify(RELU, reply(by_macro), shape="smoke", timing=False)
+    assert SECRET not in verdict.message and verdict.reward < 0, verdict.message
+    compiled = cpu_c.compile_c(kernel(GOOD, head=f'#include "{token}"\n'))  # past the static check
+    assert not compiled.ok and SECRET not in compiled.log, compiled.log
+
+
+def test_an_include_of_dev_zero_stays_under_the_compilers_memory_limit():
+    """Compiled directly (the static check refuses the include): the box's memory limit holds alone. In a
+    process of its own, whose children's peak memory is read afterwards."""
+    probe = ("import resource, time\nfrom agentrl_lite.tasks.kernels import cpu_c\nstart = time.perf_counter()\n"
+             "r = cpu_c.compile_c('#include \"/dev/zero\"\\nvoid kernel(float* out) {}\\n', timeout_s=20)\n"
+             "print(r.ok, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    ok, seconds, peak_kb = done.stdout.split()
+    assert ok == "False" and float(seconds) < 25
+    assert int(peak_kb) < 1.1 * (1 << 20), f"gcc reached {int(peak_kb) >> 10} MB"
+
+
+HUGE_UNROLL = kernel("    #pragma GCC unroll 65534\n    for (int i = 0; i < 65534; i++) out[i] = x[i] * x[i] + 1.0f;\n")
+"""a loop gcc takes minutes to unroll completely"""
+
+
+def test_a_huge_unroll_factor_is_refused_before_compiling():
+    start = time.perf_counter()
+    verdict = verify(RELU, reply(HUGE_UNROLL), shape="smoke", timing=False)
+    assert verdict.stage == "static" and "unroll" in verdict.message, (verdict.stage, verdict.message)
+    assert time.perf_counter() - start < 10
+
+
+def _compilers() -> set[int]:
+    """Process ids of the running compiler proper (cc1) processes."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "cc1":
+                    found.add(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_compile_past_its_timeout_leaves_no_compiler_running():
+    before = _compilers()
+    start = time.perf_counter()
+    compiled = cpu_c.compile_c(HUGE_UNROLL + "/* timeout test */\n", timeout_s=3)
+    assert not compiled.ok and time.perf_counter() - start < 10
+    time.sleep(3)  # a kernel's own cc1 run by another test lasts under a second
+    assert not (_compilers() - before), "cc1 kept running after the compile's timeout"
