@@ -641,10 +641,7 @@ def run_command(argv: list[str], *, readable: tuple[str, ...] = (), writable: st
         try:
             stdout, stderr, timed_out = _exchange(proc, stdin, time.monotonic() + timeout_s, max_output_bytes)
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the sandbox's pid namespace dies with its first process
-            except OSError:
-                pass
+            _kill_tree(proc.pid)
             proc.wait()
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 pipe.close()
@@ -657,10 +654,57 @@ def run_command(argv: list[str], *, readable: tuple[str, ...] = (), writable: st
     return CommandResult(None if timed_out else code, stdout, stderr, timed_out)
 
 
+def _kill_tree(pid: int, wait_s: float = 5.0) -> None:
+    """SIGKILL a process, its process group and every descendant (a pid namespace's first process among them,
+    which takes the namespace with it), then wait until none is left running."""
+    family = _descendants(pid) | {pid}
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for member in family:
+        try:
+            os.kill(member, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(_running(member) for member in family - {pid}):
+        time.sleep(0.01)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Host pids of every descendant of `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _exchange(proc: subprocess.Popen, to_send: bytes, deadline: float,
               max_bytes: int) -> tuple[bytes, bytes, bool]:
     """Write `to_send` to the process's stdin and read its stdout and stderr (the first `max_bytes` of each)
     until both close or the deadline passes; (stdout, stderr, timed out)."""
+    to_send = memoryview(to_send)  # slices of a view copy nothing
     out_fd, err_fd, stdin = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()
     kept = {out_fd: bytearray(), err_fd: bytearray()}
     for fd in (*kept, stdin):
@@ -683,7 +727,7 @@ def _exchange(proc: subprocess.Popen, to_send: bytes, deadline: float,
                     except BlockingIOError:
                         continue
                     except OSError:  # the program stopped reading
-                        to_send = b""
+                        to_send = memoryview(b"")
                     if not to_send:
                         selector.unregister(stdin)
                         proc.stdin.close()

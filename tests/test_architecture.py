@@ -100,20 +100,28 @@ def test_an_arrow_back_up_would_be_found():
     assert wrong_imports("agentrl_lite", graph) == ["agentrl_lite.course.results"]
 
 
-@pytest.mark.parametrize("core", ["agentrl_lite.loss", "agentrl_lite.models", "agentrl_lite.grpo",
-                                  "agentrl_lite.tasks.search"])
+CORE_ENTRY_POINTS = ("agentrl_lite.loss", "agentrl_lite.models", "agentrl_lite.grpo", "agentrl_lite.tasks.search")
+
+
 @pytest.mark.slow
-def test_importing_a_core_module_runs_no_course_code(core):
-    """A fresh interpreter: importing the RL core (or a task family) must not load agentrl_lite.course."""
+def test_importing_a_core_module_runs_no_course_code():
+    """A fresh interpreter imports the RL core and a task family one module at a time, the lightest first, and
+    looks after each import: none may load agentrl_lite.course (one interpreter, not four: each start imports
+    torch and transformers again)."""
     import subprocess
     import sys
 
-    code = (f"import sys, {core}\n"
-            "loaded = sorted(m for m in sys.modules if m.startswith('agentrl_lite.course'))\n"
-            "print(','.join(loaded))")
+    code = ("import importlib, sys\n"
+            f"for core in {CORE_ENTRY_POINTS!r}:\n"
+            "    importlib.import_module(core)\n"
+            "    loaded = sorted(m for m in sys.modules if m.startswith('agentrl_lite.course'))\n"
+            "    print(core, ','.join(loaded))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "", f"importing {core} loaded course modules: {out.stdout.strip()}"
+    lines = [line.partition(" ") for line in out.stdout.splitlines()]
+    assert [core for core, _, _ in lines] == list(CORE_ENTRY_POINTS), out.stdout
+    wrong = {core: loaded for core, _, loaded in lines if loaded}
+    assert not wrong, f"importing these loaded course modules: {wrong}"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

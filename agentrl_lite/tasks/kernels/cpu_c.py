@@ -26,13 +26,9 @@ reference's outputs.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import multiprocessing
-import multiprocessing.connection
 import os
 import re
-import resource
 import shutil
 import subprocess
 import tempfile
@@ -41,8 +37,6 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import numpy as np
 
 from agentrl_lite.tasks.kernels import checks, compiler
 
@@ -60,12 +54,7 @@ ALLOWED_IMPORTS = {
 COMPILE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC", "-fno-openmp")
 COMPILE_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 10.0
-"""wall-clock limit of one child (all the input sets of a correctness check, or one timing)"""
-TIMING_TOLERANCE = 1e-3
-"""atol = rtol of the output check after every timed call (the loosest task tolerance: the kernel already passed
-its task's own check at the correctness stage)"""
-MEMORY_BUDGET_BYTES = 1 << 30
-"""address space a child may add to what it started with (inputs, outputs, the candidate's allocations)"""
+"""wall-clock limit of one harness run (all the input sets of a correctness check; a timing gets three times it)"""
 
 _FORBIDDEN = {  # a word of the preprocessed source (a trailing * matches a prefix) → why it is refused
     **dict.fromkeys(("asm", "__asm", "__asm__"), "uses inline assembly"),
@@ -289,156 +278,3 @@ def _writable_symbols(library: str) -> Counter:
     table = subprocess.run([checks._binutil("nm"), "--defined-only", library], capture_output=True, text=True).stdout
     return Counter(parts[-1] for parts in (line.split() for line in table.splitlines())
                    if len(parts) >= 3 and parts[-2] in "bBdDcCgGsS")
-
-
-# --- children: the candidate and the reference never run in the caller's process ------------------------
-def _limit_child() -> None:
-    """CPU-time and address-space limits for a child (the wall-clock limit is the parent's join timeout)."""
-    resource.setrlimit(resource.RLIMIT_CPU, (int(RUN_TIMEOUT_S) + 1, int(RUN_TIMEOUT_S) + 1))
-    with open("/proc/self/status") as f:
-        size_kb = int(re.search(r"VmSize:\s+(\d+)", f.read()).group(1))
-    limit = size_kb * 1024 + MEMORY_BUDGET_BYTES
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    os.environ["OMP_NUM_THREADS"] = "1"
-    # what a broken kernel makes the C library print ("malloc(): invalid size", "stack smashing detected")
-    # would land in the notebook; the verdict says what happened
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
-
-
-def _load(library: str, n_inputs: int, n_sizes: int):
-    function = ctypes.CDLL(library).kernel
-    function.argtypes = [ctypes.c_void_p] * (n_inputs + 1) + [ctypes.c_int] * n_sizes
-    function.restype = None
-    return function
-
-
-def _call(function, inputs: list[np.ndarray], out: np.ndarray, sizes: list[int]) -> None:
-    function(*[a.ctypes.data for a in inputs], out.ctypes.data, *sizes)
-
-
-def _candidate_child(library: str, input_sets: list[list[np.ndarray]], out_shape: tuple[int, ...],
-                     sizes: list[int], conn) -> None:
-    """Run the candidate on every input set; send back the outputs, or what went wrong."""
-    try:
-        _limit_child()
-        function = _load(library, len(input_sets[0]), len(sizes))
-        outputs = []
-        for inputs in input_sets:
-            inputs = [np.array(a, dtype=np.float32, copy=True, order="C") for a in inputs]  # fresh buffers
-            before = [a.copy() for a in inputs]
-            out = np.full(out_shape, np.nan, dtype=np.float32)  # a candidate that writes nothing is wrong
-            _call(function, inputs, out, sizes)
-            if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(inputs, before, strict=True)):
-                conn.send(("mutated", "the kernel changed its inputs"))
-                return
-            outputs.append(out)
-        conn.send(("ok", outputs))
-    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent as a verdict
-        conn.send(("error", f"{type(e).__name__}: {e}"))
-
-
-def _reference_model(reference_source: str):
-    import torch
-
-    namespace: dict = {}
-    exec(compile(reference_source, "<reference>", "exec"), namespace)
-    torch.set_num_threads(1)
-    return namespace["Model"](*namespace["get_init_inputs"]()).eval()
-
-
-def _reference_child(reference_source: str, input_sets: list[list[np.ndarray]], conn) -> None:
-    """The PyTorch reference on every input set, in a process of its own."""
-    try:
-        import torch
-
-        model = _reference_model(reference_source)
-        with torch.no_grad():
-            outs = [model(*[torch.from_numpy(a) for a in inputs]).numpy() for inputs in input_sets]
-        conn.send(("ok", outs))
-    except BaseException as e:  # noqa: BLE001
-        conn.send(("error", f"{type(e).__name__}: {e}"))
-
-
-def _timing_child(library: str, reference_source: str, inputs: list[np.ndarray], out_shape: tuple[int, ...],
-                  sizes: list[int], warmup: int, repeats: int, conn) -> None:
-    """Median seconds of candidate and reference calls, interleaved (one of each per round) on one thread.
-
-    The output buffer is reset to NaN before every candidate call (outside the timed region) and every output
-    is compared with the reference's: a kernel that remembers its last call's buffers and returns early (a
-    cache keyed by pointer or shape) leaves NaN behind and is caught here, whatever slipped past the static and
-    link checks."""
-    try:
-        import torch
-
-        _limit_child()
-        torch.set_num_threads(1)
-        model = _reference_model(reference_source)
-        function = _load(library, len(inputs), len(sizes))
-        arrays = [np.ascontiguousarray(a, dtype=np.float32) for a in inputs]
-        tensors = [torch.from_numpy(a) for a in arrays]
-        out = np.empty(out_shape, dtype=np.float32)
-        candidate, reference = [], []
-        with torch.no_grad():
-            for i in range(warmup + repeats):
-                out.fill(np.nan)
-                start = time.perf_counter_ns()
-                _call(function, arrays, out, sizes)
-                middle = time.perf_counter_ns()
-                expected = model(*tensors)
-                end = time.perf_counter_ns()
-                if not np.allclose(out, expected.numpy(), atol=TIMING_TOLERANCE, rtol=TIMING_TOLERANCE):
-                    conn.send(("error", f"call {i + 1} of the timing left a wrong output (the output buffer is "
-                                        "reset before every call): does the kernel keep state between calls?"))
-                    return
-                if i >= warmup:
-                    candidate.append(middle - start)
-                    reference.append(end - middle)
-        conn.send(("ok", (float(np.median(candidate)) / 1e9, float(np.median(reference)) / 1e9)))
-    except BaseException as e:  # noqa: BLE001
-        conn.send(("error", f"{type(e).__name__}: {e}"))
-
-
-_CONTEXT: multiprocessing.context.BaseContext | None = None
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    """A forkserver with NumPy and PyTorch preloaded: children are forks of it (isolated, fast to start)."""
-    global _CONTEXT
-    if _CONTEXT is None:
-        _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["numpy", "torch", __name__])
-    return _CONTEXT
-
-
-def run_in_child(target, args: tuple, timeout_s: float = RUN_TIMEOUT_S) -> tuple[str, object]:
-    """Run `target(*args, conn)` in a child; ("ok", value), ("timeout", message), ("crashed", message) or the
-    child's own ("error" | "mutated", message)."""
-    ctx = _context()
-    parent, child = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=target, args=(*args, child), daemon=True)
-    process.start()
-    child.close()
-    try:
-        # wait for an answer or for the child's end, whichever comes first (a crashed child sends nothing)
-        ready = multiprocessing.connection.wait([parent, process.sentinel], timeout_s)
-        if parent in ready or parent.poll():
-            try:
-                return parent.recv()
-            except EOFError:
-                pass
-        if not ready:
-            process.kill()
-            process.join()
-            return "timeout", f"did not finish within {timeout_s:.0f} s"
-        process.join()
-        code = process.exitcode
-        why = {-11: "segmentation fault", -9: "killed (memory or CPU-time limit)", -6: "aborted",
-               -4: "illegal instruction", -7: "bus error", -24: "CPU-time limit"}.get(code or 0, f"exit code {code}")
-        return "crashed", f"the kernel crashed the process: {why}"
-    finally:
-        if process.is_alive():
-            process.kill()
-        process.join()
-        parent.close()

@@ -24,7 +24,7 @@ Nothing a candidate does can reach the caller:
   ends that child, and the caller reads a verdict.
 
 Children and CUDA: a process whose parent initialised CUDA before forking cannot use CUDA. The children come
-from cpu_c's forkserver: a fresh interpreter (exec'd, not forked from the caller) that imports PyTorch but never
+from children.py's forkserver: a fresh interpreter (exec'd, not forked from the caller) that imports PyTorch but never
 initialises CUDA, so every child is the first process of its line to touch the GPU, whether or not the caller
 (a trainer) uses CUDA itself. Nothing in this module initialises CUDA in the caller: even "is there a GPU?"
 is asked in a child (`backend_problem`).
@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 import agentrl_lite.tasks.kernels.cpu_c as cpu_c
-from agentrl_lite.tasks.kernels import compiler
+from agentrl_lite.tasks.kernels import children, compiler
 from agentrl_lite.tasks.kernels.catalog import KernelTask
 
 SYSTEM_PROMPT = (
@@ -368,7 +368,7 @@ def _backend() -> tuple[str | None, str]:
     use_cpu = "; on this machine use backend='cpu_c'"
     if shutil.which("nvcc") is None:
         return "the cuda kernel backend needs nvcc (the CUDA toolkit) on PATH" + use_cpu, ""
-    status, value = cpu_c.run_in_child(_probe_child, (), timeout_s=120)
+    status, value = children.run_in_child(_probe_child, (), timeout_s=120)
     if status != "ok":
         return f"the cuda kernel backend needs an NVIDIA GPU that PyTorch can use ({value})" + use_cpu, ""
     name, major, minor = value
@@ -377,7 +377,7 @@ def _backend() -> tuple[str | None, str]:
     problems = link_problems(built.library) if built.ok else [built.log]
     x = np.linspace(-2.0, 2.0, 1000, dtype=np.float32)
     if not problems:
-        status, value = cpu_c.run_in_child(_candidate_child, (built.library, [[x]], x.shape, [x.size]),
+        status, value = children.run_in_child(_candidate_child, (built.library, [[x]], x.shape, [x.size]),
                                            timeout_s=120)
         if status != "ok" or not np.array_equal(value[0], np.maximum(x, 0)):
             problems = [f"{status}: {value}" if status != "ok" else "wrong output"]

@@ -1,13 +1,18 @@
 """From a policy's reply to a reward: parse → static checks → compile → link check → correctness → timing →
 reward. Each stage returns what it found; `verify` stops at the first stage that fails and says why.
 
-Correctness: five seeded input sets from the task's `get_inputs()` plus one from a shifted distribution
-(every input × 10 + 3, so a kernel tuned to standard-normal inputs, or one that returns a memorised output,
-fails), shape and dtype checked, `allclose` with the task's fp32 tolerance. The reference outputs come from
-PyTorch in a separate process and are cached per task, shape set and seed.
+Correctness: one call on each input set: five seeded sets from the task's inputs, a shifted one (every input
+× 10 + 3, so a kernel tuned to standard-normal inputs, or one that returns a memorised output, fails), for
+elementwise tasks a set of extremes (large magnitudes, ±inf, NaN, denormals; NaN must come out where PyTorch's
+does), and a set at `ODD_SIZES` (a kernel that ignores `n` or assumes a multiple of a vector width fails);
+shape and dtype checked, `allclose` with the task's fp32 tolerance. The reference outputs come from PyTorch in a
+separate process and are cached per task and shape set.
 
-Timing: warm-ups, then candidate and reference called alternately (one of each per round) on one thread in
-one process, the median of each; speedup = reference median / candidate median.
+Timing: `TIMING_SETS` input sets drawn exactly like the correctness sets (same function, same harness buffers)
+from a seed drawn per verification, called in a random order; the candidate in the C harness (harness.py, in the
+sandbox: nothing there but the kernel, its buffers and a clock), the reference in a Python child, one after the
+other; the median of each after warm-ups; speedup = reference median / candidate median. The output of every
+timed call is checked against the reference's, and inputs are read-only during every call.
 
 Reward (tiers in the style of Dr.Kernel and Kevin): a failure earns less the earlier it happens; a correct
 kernel earns more the faster it is; a speedup above `SUSPICIOUS_SPEEDUP` is flagged and re-timed on another
@@ -19,7 +24,9 @@ and a host function, nvcc, run and timed on the GPU against the reference on CUD
 
 from __future__ import annotations
 
+import itertools
 import re
+import secrets
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -27,11 +34,23 @@ import numpy as np
 
 import agentrl_lite.tasks.kernels.cpu_c as cpu_c
 import agentrl_lite.tasks.kernels.cuda as cuda
+from agentrl_lite.tasks.kernels import children, harness
 from agentrl_lite.tasks.kernels.catalog import SHAPES, KernelTask
 
 CORRECTNESS_SEEDS = (0, 1, 2, 3, 4)
 SHIFT_SCALE, SHIFT_OFFSET = 10.0, 3.0
 """the shifted input set: every input × 10 + 3"""
+ODD_SIZES = {"n": 1009, "rows": 7, "cols": 131, "m": 13, "k": 11, "p": 19}
+"""the sizes of the last correctness set: primes, so no multiple of a vector width, and none a shape set uses"""
+ODD_SEED = 5
+EXTREMES = (0.0, -0.0, 1e30, -1e30, 3.0e38, -3.0e38, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40,
+            1e-45, 88.5, -88.5, 1e4, -1e4, 0.5)
+"""values of the extremes set of elementwise tasks: large magnitudes, ±inf, NaN, denormals, exp's overflow edge"""
+TIMING_SETS = 3
+"""input sets a timing cycles through (in a random order): a kernel cannot tell a timed call by its input"""
+TIMING_TOLERANCE = 1e-3
+"""atol = rtol of the output check after every timed call (the loosest task tolerance: the kernel already passed
+its task's own check at the correctness stage)"""
 TIERS = ((2.0, 1.0), (1.5, 0.85), (1.2, 0.7), (1.0, 0.5))
 """(speedup at least, reward) for a correct kernel, fastest first"""
 CORRECT_BUT_SLOWER = 0.2
@@ -75,85 +94,162 @@ def extract_code(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def correctness_inputs(task: KernelTask, shape: str) -> list[list[np.ndarray]]:
-    """Five seeded input sets from `get_inputs()` and the shifted one, as float32 arrays."""
+@dataclass
+class InputSet:
+    """One input set of a check: the kernel's inputs and int arguments, and what it is called in a message."""
+
+    label: str
+    inputs: list[np.ndarray]
+    """float32 arrays in the C signature's order, shaped as the task's reference takes them"""
+    sizes: list[int]
+    """the int arguments after `out`"""
+    unchecked: np.ndarray | None = None
+    """bool, the output's shape: positions whose value is not checked (elementwise outputs where an input is
+    NaN: a max-like operator may return the NaN or the other operand, as C's fmaxf does)"""
+
+
+def draw_inputs(task: KernelTask, dims: dict[str, int], seed: int) -> list[np.ndarray]:
+    """The task's inputs at the sizes `dims`, standard normal from PyTorch's generator with this seed (the
+    values `get_inputs()` gives at those sizes). Correctness and timing inputs all come from here."""
     import torch
 
-    namespace: dict = {}
-    exec(compile(task.reference_source(shape), f"<{task.name}>", "exec"), namespace)
-    sets = []
-    for seed in CORRECTNESS_SEEDS:
-        torch.manual_seed(seed)
-        sets.append([t.numpy().astype(np.float32) for t in namespace["get_inputs"]()])
-    sets.append([a * SHIFT_SCALE + SHIFT_OFFSET for a in sets[0]])
+    torch.manual_seed(seed)
+    return [torch.randn(*[dims[d.strip()] for d in shape.split(",")]).numpy().astype(np.float32)
+            for _, shape in task.inputs]
+
+
+def takes_extremes(task: KernelTask) -> bool:
+    """Elementwise tasks (every input of n elements) are checked on `EXTREMES` too."""
+    return all(shape.strip() == "n" for _, shape in task.inputs)
+
+
+def _with_extremes(inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Every third element of each input replaced by one of `EXTREMES` (a different mix per input)."""
+    out = []
+    for j, a in enumerate(inputs):
+        a = a.copy()
+        where = np.arange(j, a.size, 3)
+        a.flat[where] = np.resize(np.roll(np.array(EXTREMES, dtype=np.float32), 5 * j), where.size)
+        out.append(a)
+    return out
+
+
+def correctness_sets(task: KernelTask, shape: str) -> list[InputSet]:
+    """Five seeded input sets, the shifted one, the extremes (elementwise tasks) at the sizes of `shape`, and one
+    seeded set at `ODD_SIZES`."""
+    dims = SHAPES[shape]
+    sizes = [dims[s] for s in task.sizes]
+    sets = [InputSet(f"input set {seed}", draw_inputs(task, dims, seed), sizes) for seed in CORRECTNESS_SEEDS]
+    sets.append(InputSet("the shifted input set", [a * SHIFT_SCALE + SHIFT_OFFSET for a in sets[0].inputs], sizes))
+    if takes_extremes(task):
+        extremes = _with_extremes(sets[0].inputs)
+        sets.append(InputSet("the extremes (large magnitudes, inf, NaN, denormals)", extremes, sizes,
+                             unchecked=np.any([np.isnan(a) for a in extremes], axis=0)))
+    odd = [ODD_SIZES[s] for s in task.sizes]
+    sets.append(InputSet(f"the odd sizes {', '.join(f'{s}={ODD_SIZES[s]}' for s in task.sizes)}",
+                         draw_inputs(task, ODD_SIZES, ODD_SEED), odd))
     return sets
+
+
+def correctness_inputs(task: KernelTask, shape: str) -> list[list[np.ndarray]]:
+    """The inputs of every correctness set (`correctness_sets`)."""
+    return [s.inputs for s in correctness_sets(task, shape)]
 
 
 REFERENCE_CACHE_SIZE = 4
 """tasks whose reference outputs stay in memory. A GRPO step checks its few tasks many times, so a handful is
-enough; each entry holds six input sets' outputs (up to 24 MB per task at the cpu shapes), and keeping all 62
-tasks, as an earlier cache of 128 did, held 1.1 GB in lesson 10's kernel. Recomputing one costs about 0.2 s
-(docs/design/10_kernel_generation_rl.md)"""
+enough; each entry holds every correctness set's outputs (up to 28 MB per task at the cpu shapes), and keeping
+all 62 tasks, as an earlier cache of 128 did, held 1.1 GB in lesson 10's kernel. Recomputing one costs about
+0.2 s (docs/design/10_kernel_generation_rl.md)"""
 
 
 @lru_cache(maxsize=REFERENCE_CACHE_SIZE)
 def reference_outputs(task: KernelTask, shape: str) -> list[np.ndarray]:
-    """The reference's outputs on `correctness_inputs`, computed by PyTorch in a separate process (the last
+    """The reference's outputs on `correctness_sets`, computed by PyTorch in a separate process (the last
     `REFERENCE_CACHE_SIZE` tasks' are kept)."""
-    status, value = cpu_c.run_in_child(cpu_c._reference_child, (task.reference_source(shape),
-                                                                correctness_inputs(task, shape)), timeout_s=120)
+    status, value = children.run_in_child(children.reference_child, (task.reference_source(shape),
+                                                                     correctness_inputs(task, shape)), timeout_s=120)
     if status != "ok":
         raise RuntimeError(f"the reference of {task.name} failed: {value}")
     return value
 
 
-def _sizes(task: KernelTask, shape: str) -> list[int]:
-    return [SHAPES[shape][s] for s in task.sizes]
+def _run(backend: str, library: str, sets: list[InputSet], out_shapes: list[tuple[int, ...]], calls: list[int],
+         timeout_s: float) -> harness.Calls:
+    """The candidate's output on `sets[calls[j]]` for every j: in the C harness (cpu_c), or in a Python child per
+    shape (cuda: outputs only, its timing is `_time_cuda`)."""
+    if backend == "cpu_c":
+        return harness.run(library, [s.inputs for s in sets], [s.sizes for s in sets], out_shapes, calls, timeout_s)
+    result = harness.Calls("ok")
+    for _, group in itertools.groupby(calls, key=lambda s: tuple(sets[s].sizes)):  # one child per shape
+        group = list(group)
+        status, value = children.run_in_child(cuda._candidate_child, (library, [sets[s].inputs for s in group],
+                                                                      out_shapes[group[0]], sets[group[0]].sizes),
+                                              timeout_s)
+        if status != "ok":
+            return harness.Calls(status, str(value))
+        result.outputs += value
+    return result
 
 
 def check_correctness(task: KernelTask, library: str, shape: str,
                       backend: str = "cpu_c") -> tuple[bool, str, list[str]]:
-    """(correct, message, flags) of a compiled candidate on every correctness input set."""
-    inputs, expected = correctness_inputs(task, shape), reference_outputs(task, shape)
-    runner = BACKENDS[backend]
-    status, value = cpu_c.run_in_child(runner._candidate_child, (library, inputs, expected[0].shape,
-                                                                 _sizes(task, shape)), runner.RUN_TIMEOUT_S)
-    if status == "mutated":
-        return False, str(value), ["mutated_inputs"]
-    if status != "ok":
-        return False, str(value), []
-    for i, (got, want) in enumerate(zip(value, expected, strict=True)):
-        label = "the shifted input set" if i == len(CORRECTNESS_SEEDS) else f"input set {i}"
+    """(correct, message, flags) of a compiled candidate on every correctness input set, one call each."""
+    sets, expected = correctness_sets(task, shape), reference_outputs(task, shape)
+    ran = _run(backend, library, sets, [e.shape for e in expected], list(range(len(sets))),
+               BACKENDS[backend].RUN_TIMEOUT_S)
+    if ran.status != "ok":
+        return False, ran.message, {"mutated": ["mutated_inputs"], "out_of_bounds": ["out_of_bounds"]}.get(
+            ran.status, [])
+    for input_set, got, want in zip(sets, ran.outputs, expected, strict=True):
         if got.shape != want.shape or got.dtype != np.float32:
-            return False, f"{label}: output shape/dtype {got.shape} {got.dtype}, expected {want.shape} float32", []
-        if not np.allclose(got, want, atol=task.tolerance, rtol=task.tolerance):
-            bad = ~np.isclose(got, want, atol=task.tolerance, rtol=task.tolerance)
-            where = tuple(int(j) for j in np.argwhere(bad)[0])
-            return False, (f"{label}: {int(bad.sum())} of {bad.size} values wrong, e.g. at {where}: "
+            return False, (f"{input_set.label}: output shape/dtype {got.shape} {got.dtype}, expected {want.shape} "
+                           "float32"), []
+        close = np.isclose(got, want, atol=task.tolerance, rtol=task.tolerance, equal_nan=True)
+        if input_set.unchecked is not None:
+            close |= input_set.unchecked
+        if not close.all():
+            where = tuple(int(j) for j in np.argwhere(~close)[0])
+            return False, (f"{input_set.label}: {int((~close).sum())} of {close.size} values wrong, e.g. at {where}: "
                            f"{got[where]:.6g} instead of {want[where]:.6g}"), []
-    return True, f"correct on {len(value)} input sets", []
-
-
-def timing_inputs(task: KernelTask, shape: str, seed: int) -> list[np.ndarray]:
-    """One input set from `get_inputs()` with this seed."""
-    import torch
-
-    namespace: dict = {}
-    exec(compile(task.reference_source(shape), f"<{task.name}>", "exec"), namespace)
-    torch.manual_seed(seed)
-    return [t.numpy().astype(np.float32) for t in namespace["get_inputs"]()]
+    return True, f"correct on {len(sets)} input sets", []
 
 
 def time_candidate(task: KernelTask, library: str, shape: str, warmup: int = 3, repeats: int = 15,
-                   seed: int = 100, backend: str = "cpu_c") -> tuple[float, float] | str:
-    """(candidate seconds, reference seconds), medians of interleaved calls on a fresh input set; or why
-    timing failed."""
+                   seed: int | None = None, backend: str = "cpu_c") -> tuple[float, float] | str:
+    """(candidate seconds, reference seconds), medians over `repeats` calls after `warmup`, on `TIMING_SETS` input
+    sets drawn like the correctness sets with a seed drawn now (unless given), called in a random order; or why
+    timing failed. The candidate runs in the harness and the reference in a Python child, one after the other;
+    the output of every timed call is checked against the reference's."""
+    seed = secrets.randbits(31) if seed is None else seed
+    dims = SHAPES[shape]
+    sets = [InputSet(f"timing set {k}", draw_inputs(task, dims, seed + k), [dims[s] for s in task.sizes])
+            for k in range(TIMING_SETS)]
+    if backend == "cuda":
+        return _time_cuda(task, library, shape, sets[0], warmup, repeats)
+    calls = harness.schedule(TIMING_SETS, -(-(warmup + repeats) // TIMING_SETS), shuffle=True)[:warmup + repeats]
+    status, value = children.run_in_child(children.reference_timing_child, (task.reference_source(shape),
+                                          [s.inputs for s in sets], calls, warmup), timeout_s=120)
+    if status != "ok":
+        raise RuntimeError(f"the reference of {task.name} failed: {value}")
+    reference_seconds, expected = value
+    ran = _run(backend, library, sets, [e.shape for e in expected], calls, cpu_c.RUN_TIMEOUT_S * 3)
+    if ran.status != "ok":
+        return f"timing failed: {ran.message}"
+    for i, (s, got) in enumerate(zip(calls, ran.outputs, strict=True)):
+        if not np.allclose(got, expected[s], atol=TIMING_TOLERANCE, rtol=TIMING_TOLERANCE, equal_nan=True):
+            return (f"timing failed: call {i + 1} of the timing left a wrong output (the output buffer is reset "
+                    "before every call): does the kernel keep state between calls?")
+    return float(np.median(ran.seconds[warmup:])), reference_seconds
+
+
+def _time_cuda(task: KernelTask, library: str, shape: str, timing_set: InputSet, warmup: int,
+               repeats: int) -> tuple[float, float] | str:
+    """The cuda backend's timing: candidate and reference interleaved on the GPU in one child (cuda.py)."""
     out_shape = reference_outputs(task, shape)[0].shape
-    runner = BACKENDS[backend]
-    status, value = cpu_c.run_in_child(runner._timing_child, (library, task.reference_source(shape),
-                                                              timing_inputs(task, shape, seed), out_shape,
-                                                              _sizes(task, shape), warmup, repeats),
-                                       timeout_s=runner.RUN_TIMEOUT_S * 3)
+    status, value = children.run_in_child(cuda._timing_child, (library, task.reference_source(shape),
+                                                               timing_set.inputs, out_shape, timing_set.sizes,
+                                                               warmup, repeats), timeout_s=cuda.RUN_TIMEOUT_S * 3)
     return value if status == "ok" else f"timing failed: {value}"
 
 
@@ -200,7 +296,7 @@ def verify(task: KernelTask, reply: str, shape: str = "cpu", timing: bool = True
     flags = []
     if speedup > SUSPICIOUS_SPEEDUP:  # re-time on another input set before paying
         flags.append("suspicious_speedup")
-        again = time_candidate(task, compiled.library, shape, repeats=31, seed=101, backend=backend)
+        again = time_candidate(task, compiled.library, shape, repeats=31, backend=backend)
         if isinstance(again, str):
             return Verdict("timing", INCORRECT, again, flags=flags, source=source)
         speedup = min(speedup, again[1] / again[0])
