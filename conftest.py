@@ -55,7 +55,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     clock = item.config.stash[CLOCK]
     if not clock.started:  # the first notebook: every kernel nbval starts from now on inherits these
         os.environ["AGENTRL_PROFILE"] = NBVAL_PROFILE
-        os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="nbval-kernels-", dir=item.config.option.basetemp or None)
+        basetemp = item.config.option.basetemp
+        if basetemp:  # pytest creates --basetemp only when a test asks for tmp_path: a lessons-only run has none yet
+            Path(basetemp).mkdir(parents=True, exist_ok=True)
+        os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="nbval-kernels-", dir=basetemp or None)
     clock.started.setdefault(str(item.path), time.perf_counter())
 
 
