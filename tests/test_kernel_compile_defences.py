@@ -6,7 +6,9 @@ still refused by the link check and the disassembly; gcc's box holds without the
    backslash-newline splice, digraphs, trigraphs, `_Pragma`), attributes in another spelling, weak imports;
 3. writable state the link check misses: a local static named like one of the toolchain's own;
 6. the compiler as an attack surface: includes that echo a file or never end, a huge unroll factor, a
-   compiler that outlives its timeout."""
+   compiler that outlives its timeout;
+and the cuda backend's equivalents up to the link check (static checks on CUDA sources; the link check on
+objects gcc builds in place of nvcc's)."""
 
 from __future__ import annotations
 
@@ -187,3 +189,87 @@ def test_a_compile_past_its_timeout_leaves_no_compiler_running():
     assert not compiled.ok and time.perf_counter() - start < 10
     time.sleep(3)  # a kernel's own cc1 run by another test lasts under a second
     assert not (_compilers() - before), "cc1 kept running after the compile's timeout"
+
+
+# --- the cuda backend: the same classes, up to the link check (no GPU, no nvcc needed) -------------------
+CUDA_KERNEL = ("__global__ void relu_kernel(const float* x, float* out, int n) {\n"
+               "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+               "    if (i < n) out[i] = x[i] > 0.0f ? x[i] : 0.0f;\n}\n")
+CUDA_LAUNCH = "    relu_kernel<<<(n + 255) / 256, 256>>>(x, out, n);\n"
+
+
+def cuda_source(body: str = CUDA_LAUNCH, head: str = "") -> str:
+    return f"#include <cuda_runtime.h>\n{head}\n{CUDA_KERNEL}\n{SIG} {{\n{body}}}\n"
+
+
+PTX = ' volatile("membar.gl;");\n'
+CUDA_BYPASSES = {
+    # name: (source, a substring of a static problem)
+    "inline PTX by a backslash-newline splice": (cuda_source("    as\\\nm" + PTX + CUDA_LAUNCH), "splices"),
+    "inline PTX by digraph pasting": (cuda_source("    CAT(as, m)" + PTX + CUDA_LAUNCH,
+                                                  head="%:define CAT(a, b) a %:%: b"), "digraph"),
+    "inline PTX by trigraph pasting": (cuda_source("    CAT(as, m)" + PTX + CUDA_LAUNCH,
+                                                   head="??=define CAT(a, b) a ??=??= b"), "trigraph"),
+    "a constructor by __attribute with one parenthesis pair": (
+        cuda_source(head="__attribute((constructor)) void boot(void) {}"), "__attribute__"),
+    "a constructor by a [[gnu::constructor]] attribute": (cuda_source(head="[[gnu::constructor]] void boot() {}"),
+                                                          "attribute"),
+    "a weak import of the Python C API": (
+        cuda_source('    if (n < 0) PyRun_SimpleString("import os");\n' + CUDA_LAUNCH,
+                    head='__attribute((weak)) int PyRun_SimpleString(const char*);'), "__attribute__"),
+    "the time-stamp counter by a builtin in the host function": (
+        cuda_source("    if (__builtin_ia32_rdtsc() == 0) return;\n" + CUDA_LAUNCH), "__builtin_ia32_rdtsc"),
+    "host thread-local state": (cuda_source(CUDA_LAUNCH, head="__thread int calls;"), "thread-local"),
+    "a huge unroll factor": (cuda_source(head="__global__ void slow(float* o) {\n#pragma unroll 65534\n"
+                                              "    for (int i = 0; i < 65534; i++) o[i] = 0.0f;\n}"), "unroll"),
+    "a line marker claiming another file": (cuda_source(head='#line 1 "/etc/passwd"'), "#line"),
+}
+
+
+@pytest.mark.parametrize("name", list(CUDA_BYPASSES))
+def test_the_cuda_static_check_refuses_what_the_preprocessor_would_assemble(name):
+    from agentrl_lite.tasks.kernels import cuda
+
+    source, message = CUDA_BYPASSES[name]
+    problems = cuda.static_problems(source, SIG)
+    assert any(message in p for p in problems), problems
+
+
+CUDA_OBJECTS = {
+    # host code as gcc builds it, standing in for nvcc's object file: name -> (C source, a link problem)
+    "a weak import of the Python C API": (
+        "__attribute__((weak)) int PyRun_SimpleString(const char*);\n"
+        "void kernel(const float* x, float* out, int n) { if (n < 0 && PyRun_SimpleString) "
+        "PyRun_SimpleString(\"1\"); out[0] = x[0]; }\n", "calls PyRun_SimpleString (imported weakly)"),
+    "a constructor": ("__attribute__((constructor)) void boot(void) {}\n"
+                      "void kernel(const float* x, float* out, int n) { out[0] = x[0]; }\n", "when loaded"),
+    "a constructor of high priority": ("__attribute__((constructor(101))) void boot(void) {}\n"
+                                       "void kernel(const float* x, float* out, int n) { out[0] = x[0]; }\n",
+                                       "when loaded"),
+    "the time-stamp counter in host code": (
+        "void kernel(const float* x, float* out, int n) { unsigned lo, hi; "
+        "__asm__ volatile(\"rdtsc\" : \"=a\"(lo), \"=d\"(hi)); out[0] = x[0] + (float)(lo & 0); }\n", "rdtsc"),
+    "a system call in host code": (
+        "void kernel(const float* x, float* out, int n) { long r; "
+        "__asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(39L) : \"rcx\", \"r11\"); out[0] = x[0]; }\n", "syscall"),
+}
+CUDA_CLEAN_OBJECT = "void kernel(const float* x, float* out, int n) { for (int i = 0; i < n; i++) out[i] = x[i]; }\n"
+
+
+def _object(folder, name: str, source: str) -> str:
+    """gcc -c the source into `<name>.o`; returns the path of the library beside it, as link_problems takes."""
+    (folder / f"{name}.c").write_text(source)
+    subprocess.run(["gcc", "-O2", "-fPIC", "-c", f"{name}.c", "-o", f"{name}.o"], cwd=folder, check=True)
+    return str(folder / f"{name}.so")
+
+
+@pytest.mark.parametrize("name", list(CUDA_OBJECTS))
+def test_the_cuda_link_check_alone_refuses_weak_imports_constructors_and_instructions(name, tmp_path, monkeypatch):
+    from agentrl_lite.tasks.kernels import cuda
+
+    baseline = _object(tmp_path, "baseline", CUDA_CLEAN_OBJECT)
+    monkeypatch.setattr(cuda, "_baseline_object", lambda: baseline[:-3] + ".o", raising=False)
+    assert cuda.link_problems(_object(tmp_path, "clean", CUDA_CLEAN_OBJECT)) == []
+    source, message = CUDA_OBJECTS[name]
+    problems = cuda.link_problems(_object(tmp_path, "candidate", source))
+    assert any(message in p for p in problems), problems

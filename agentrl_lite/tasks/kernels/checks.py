@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 
 ALLOWED_DIRECTIVES = ("include", "define", "undef", "if", "ifdef", "ifndef", "elif", "else", "endif", "pragma")
 """preprocessor directives a candidate may use (no #line: it would make another file's lines look like its own)"""
@@ -49,10 +50,12 @@ _TOKEN = re.compile(r"[A-Za-z_]\w*|\.?\d(?:[eEpP][+-]|[\w.])*|\"(?:\\.|[^\"\\\n]
                     r"\[\[|\S")
 
 
-def lexical_problems(source: str, allowed_headers: tuple[str, ...], pragma_ok) -> list[str]:
+def lexical_problems(source: str, allowed_headers: tuple[str, ...] | None, pragma_ok: Callable[[str], bool],
+                     pragmas: str) -> list[str]:
     """What is wrong with the candidate's text as the preprocessor would read it; empty when nothing is.
 
-    pragma_ok: whether the words after `#pragma` are a pragma the backend allows."""
+    allowed_headers: the <headers> it may include (None: any <header>, the backend judges them);
+    pragma_ok: whether the words after `#pragma` are a pragma the backend allows, which `pragmas` names."""
     problems = []
     if _SPLICE.search(source):
         problems.append("splices lines with a backslash at a line's end (write each line whole)")
@@ -68,13 +71,14 @@ def lexical_problems(source: str, allowed_headers: tuple[str, ...], pragma_ok) -
     for line in code.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
-            problems += _directive_problems(stripped[1:].strip(), allowed_headers, pragma_ok)
+            problems += _directive_problems(stripped[1:].strip(), allowed_headers, pragma_ok, pragmas)
         if "#" in (stripped[1:] if stripped.startswith("#") else stripped):
             problems.append("uses # or ## in a macro (stringizing or token pasting can spell a forbidden name)")
     return list(dict.fromkeys(problems))
 
 
-def _directive_problems(directive: str, allowed_headers: tuple[str, ...], pragma_ok) -> list[str]:
+def _directive_problems(directive: str, allowed_headers: tuple[str, ...] | None, pragma_ok: Callable[[str], bool],
+                        pragmas: str) -> list[str]:
     name = re.match(r"\w*", directive).group()
     rest = directive[len(name):].strip()
     if name == "":
@@ -85,11 +89,14 @@ def _directive_problems(directive: str, allowed_headers: tuple[str, ...], pragma
         header = re.fullmatch(r"<([^<>]+)>", rest)
         if header is None:
             return ["includes a local header, a path or a macro; only the allowed <headers>"]
-        if header.group(1).strip() not in allowed_headers:
+        if allowed_headers is not None and header.group(1).strip() not in allowed_headers:
             return [f"includes <{header.group(1).strip()}>; allowed: {', '.join(allowed_headers)}"]
     if name == "pragma" and not pragma_ok(rest):
-        return [f"uses #pragma {rest}: only #pragma GCC ivdep and #pragma GCC unroll N (N up to {MAX_UNROLL})"]
+        return [f"uses #pragma {rest}: only {pragmas}"]
     return []
+
+
+C_PRAGMAS = f"#pragma GCC ivdep and #pragma GCC unroll N (N up to {MAX_UNROLL})"
 
 
 def c_pragma_ok(words: str) -> bool:
@@ -97,6 +104,15 @@ def c_pragma_ok(words: str) -> bool:
     unroll = re.fullmatch(r"GCC\s+unroll\s+(\d+)", words.strip())
     return re.fullmatch(r"GCC\s+ivdep", words.strip()) is not None or (
         unroll is not None and int(unroll.group(1)) <= MAX_UNROLL)
+
+
+CUDA_PRAGMAS = f"#pragma unroll, #pragma unroll N (N up to {MAX_UNROLL}) and #pragma nounroll"
+
+
+def cuda_pragma_ok(words: str) -> bool:
+    """nvcc's loop hints: `unroll`, `unroll N` or `unroll (N)` with a literal N up to MAX_UNROLL, `nounroll`."""
+    unroll = re.fullmatch(r"unroll(\s+\(?\s*(\d+)\s*\)?)?", words.strip())
+    return words.strip() == "nounroll" or (unroll is not None and int(unroll.group(2) or 1) <= MAX_UNROLL)
 
 
 def preprocessed_code(text: str) -> tuple[str, list[str]]:

@@ -17,11 +17,8 @@ Layers, each of which stands alone (a candidate that slips past one is caught by
   weakly) only math and memory functions, may not grow any writable section (global or local data, however
   its symbols are named) nor the constructor and destructor tables, and its code may not contain an
   instruction no kernel needs (`syscall`, `int`, `sysenter`, `rdtsc`, `rdtscp`, `cpuid`, ...);
-- the library is loaded and called only in child processes forked from a forkserver (with PyTorch and NumPy
-  preloaded, so a child starts in milliseconds), under a CPU-time and address-space limit: a segfault, an
-  infinite loop or a huge allocation ends that child, and the caller reads a verdict.
-The reference (PyTorch) also runs in a child of its own, so the candidate never shares a process with the
-reference's outputs.
+- the library runs only in `harness.py`'s C harness, in the sandbox under seccomp filters, never in a Python
+  process; the reference (PyTorch) runs elsewhere, so the candidate never shares a process with it.
 """
 
 from __future__ import annotations
@@ -91,15 +88,14 @@ class CompileResult:
 # --- static checks: the text, then what the preprocessor makes of it --------------------------------------
 def static_problems(source: str, signature: str) -> list[str]:
     """What is wrong with a candidate before compiling it; empty when nothing is."""
-    problems = checks.lexical_problems(source, ALLOWED_HEADERS, checks.c_pragma_ok)
+    problems = checks.lexical_problems(source, ALLOWED_HEADERS, checks.c_pragma_ok, checks.C_PRAGMAS)
     if problems:  # text built to fool the preprocessor is not preprocessed
         return problems
     preprocessed = _preprocess(source)
     if isinstance(preprocessed, Problem):
         return [preprocessed.why]
     code, pragmas = checks.preprocessed_code(preprocessed)
-    problems += [f"uses #pragma {p}: only #pragma GCC ivdep and #pragma GCC unroll N (N up to "
-                 f"{checks.MAX_UNROLL})" for p in pragmas if not checks.c_pragma_ok(p)]
+    problems += [f"uses #pragma {p}: only {checks.C_PRAGMAS}" for p in pragmas if not checks.c_pragma_ok(p)]
     allowed_builtins = checks.ALLOWED_BUILTINS | ALLOWED_IMPORTS
     problems += checks.token_problems(checks.tokens(code), _FORBIDDEN, _OS_CALLS, allowed_builtins)
     name = signature.split("(")[0].split()[-1]

@@ -8,18 +8,24 @@ write `extern "C"`: the harness puts `extern "C" <signature>;` before the source
 linkage, and a definition with other parameter types becomes a C++ overload that the link check reports.
 
 Nothing a candidate does can reach the caller:
-- static checks (no GPU needed) refuse what has no place in a kernel: other headers (a library such as torch,
-  cuBLAS, cuDNN, thrust or cub computes the answer; cuda_fp16.h and friends downgrade the dtype), streams,
-  events and graphs (work left on a side stream escapes the timing), allocations and static, `__device__`,
-  `__constant__` or `__managed__` variables (state kept between calls: a cache by pointer or by shape), half
-  precision types, inline PTX, clocks and OS calls, CUDA runtime calls beyond a short list, launches on a
-  stream of their own, and a host function that is missing, doubled or of another signature;
+- static checks (no GPU needed) refuse what can assemble a forbidden word in the preprocessor (token pasting
+  and stringizing, backslash-newline splices, digraphs, trigraphs, `_Pragma`) and every directive but
+  #include <...>, #define/#if and the unroll pragmas; then what has no place in a kernel: other headers (a
+  library such as torch, cuBLAS, cuDNN, thrust or cub computes the answer; cuda_fp16.h and friends downgrade
+  the dtype), streams, events and graphs (work left on a side stream escapes the timing), allocations and
+  static, `__device__`, `__constant__` or `__managed__` variables (state kept between calls: a cache by
+  pointer or by shape), half precision types, inline PTX, attributes (constructors, weak symbols),
+  `__builtin_` functions that reach the clock or the stack, clocks and OS calls, CUDA runtime calls beyond a
+  short list, launches on a stream of their own, and a host function that is missing, doubled or of another
+  signature;
 - nvcc runs in the compiler's box (memory and CPU limits, its own process group killed whole on timeout, a log
   trimmed to the candidate's own diagnostics), first to an object file, then to a shared library (the CUDA
   runtime linked statically); both are cached by a hash of source, flags, GPU architecture and nvcc version;
-- a link check reads the object file's symbol table (precise: the statically linked runtime is not in it): it
-  may import only the runtime's launch and registration hooks, a few runtime calls and libm, and may define
-  no writable data besides nvcc's own;
+- a link check reads the object file (precise: the statically linked runtime is not in it) and compares it
+  with the object file of a known-good kernel: it may import, strongly or weakly, only the runtime's launch
+  and registration hooks, a few runtime calls and libm; may define no writable data besides nvcc's own; may
+  add no constructor or destructor to nvcc's; and its host code may contain no instruction a kernel does not
+  need (`syscall`, `int`, `sysenter`, `rdtsc`, `rdtscp`, `cpuid`, ...);
 - the library is loaded and called only in child processes; a fault (an illegal address), a hang or a crash
   ends that child, and the caller reads a verdict.
 
@@ -54,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 import agentrl_lite.tasks.kernels.cpu_c as cpu_c
-from agentrl_lite.tasks.kernels import children, compiler
+from agentrl_lite.tasks.kernels import checks, children, compiler
 from agentrl_lite.tasks.kernels.catalog import KernelTask
 
 SYSTEM_PROMPT = (
@@ -102,6 +108,9 @@ _PRELUDE = '#include <cuda_runtime.h>\nextern "C" {signature};\n#line 1 "kernel.
 _EPILOGUE = (f'\n#line 1 "harness.cu"\nextern "C" const char* {_LAUNCH_ERROR}(void) {{\n'
              "    cudaError_t error = cudaGetLastError();  // a launch refused (e.g. too many threads)\n"
              "    return error == cudaSuccess ? nullptr : cudaGetErrorString(error);\n}\n")
+_ALLOWED_BUILTINS = checks.ALLOWED_BUILTINS | cpu_c.ALLOWED_IMPORTS | {"assume"}
+_LOADER_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
+"""tables of functions run when the library is loaded or unloaded (in an object file also `.init_array.N`)"""
 _CODE = re.compile(r"```(?:cuda|cu|cpp|c\+\+)[ \t]*\n(.*?)```", re.S | re.I)
 NO_CODE_BLOCK = "no ```cuda code block in the reply (```cu, ```cpp, ```c++ are read too; ```c is for cpu_c)"
 
@@ -112,10 +121,10 @@ _STREAMS = r"\b(cudaStream\w*|cudaEvent\w*|cudaGraph\w*|cudaLaunchHostFunc|CUstr
 _MEMORY = r"\b(cudaMalloc\w*|cudaFree\w*|cudaHostAlloc|malloc|calloc|realloc|free|new|delete)\b"
 _FORBIDDEN = [
     (r"\b(asm|__asm__|__asm)\b", "uses inline assembly (PTX)"),
-    (r"\b__attribute__\b", "uses __attribute__ (e.g. a constructor that runs at load time)"),
-    (r"##", "pastes tokens with ## (a way to spell a forbidden name past these checks)"),
-    (r"#\s*pragma\s+(?!(unroll|nounroll)\b)|\b_Pragma\b", "uses a #pragma other than unroll"),
-    (r"\b_?Thread_local\b|\bthread_local\b", "declares thread-local state"),
+    (r"\b__attribute\w*", "uses __attribute__ (e.g. a constructor that runs at load time, a weak symbol)"),
+    (r"\[\[", "uses a [[...]] attribute (e.g. a constructor that runs at load time)"),
+    (r"\b_?Thread_local\b|\bthread_local\b|\b__thread\b", "declares thread-local state"),
+    (r"\b__seg_[fg]s\b", "reads memory through a segment register"),
     (r"\b(__half2?|__nv_bfloat162?|nv_bfloat162?|__nv_fp8\w*|_Float16|__fp16|__bf16|__float2half\w*|__half2float|"
      r"__float2bfloat16\w*|__bfloat162float)\b|\bhalf2?\b\s*[*&]*\s*[A-Za-z_]",
      "uses half precision (a silent dtype downgrade: the task is float32)"),
@@ -123,7 +132,7 @@ _FORBIDDEN = [
                "on the default stream"),
     (_MEMORY, "allocates memory (a buffer kept between calls is a cache; the output is already allocated)"),
     (r"\b(pthread\w*|fork|vfork|clone|system|popen|exec\w*|dlopen|dlsym|syscall|mmap|mprotect|signal|setjmp|"
-     r"longjmp|clock\w*|gettimeofday|time|nanosleep|__nanosleep|usleep|sleep|fopen|fwrite|fread|open|write|read|"
+     r"longjmp|clock\w*|gettimeofday|time|nanosleep|__nanosleep|usleep|sleep|fopen|fwrite|fread|open|creat|write|read|"
      r"printf|fprintf|puts|getenv|exit|abort|__trap|__brkpt)\s*\(",
      "calls a function that reaches the OS, the console or a clock"),
 ]
@@ -139,7 +148,8 @@ def extract_code(text: str) -> str | None:
 def static_problems(source: str, signature: str) -> list[str]:
     """What is wrong with a CUDA candidate before compiling it; empty when nothing is."""
     code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)  # comments may say anything
-    problems = _host_function_problems(code, signature)
+    problems = checks.lexical_problems(source, None, checks.cuda_pragma_ok, checks.CUDA_PRAGMAS)
+    problems += _host_function_problems(code, signature)
     if not re.search(r"\b__global__\b", code):
         problems.append("defines no __global__ kernel: the host function must launch the work on the GPU")
     for header in (h.strip() for h in re.findall(r"#\s*include\s*<([^>]+)>", code)):
@@ -155,6 +165,8 @@ def static_problems(source: str, signature: str) -> list[str]:
     if re.search(r"#\s*include\s*[^<\s]", code):
         problems.append("includes a local header or a macro; only the allowed <headers>")
     problems += [why for pattern, why in _FORBIDDEN if re.search(pattern, code)]
+    for name in sorted(set(re.findall(r"\b__builtin_(\w+)", code)) - _ALLOWED_BUILTINS):
+        problems.append(f"calls __builtin_{name}, which a kernel may not use (it reaches the clock or the stack)")
     for name in sorted(set(re.findall(r"\b(cuda[A-Z]\w*)\s*\(", code))):
         if name not in ALLOWED_CUDA_CALLS and not re.fullmatch(f"{_STREAMS}|{_MEMORY}", name):
             problems.append(f"calls {name}; besides launching kernels a host function may call only "
@@ -310,23 +322,23 @@ def compile_cuda(source: str, signature: str, arch: str | None = None,
 
 
 def link_problems(library: str, function: str = HOST_FUNCTION) -> list[str]:
-    """What the candidate's object file (beside `library`) imports or defines that a kernel must not."""
-    nm = shutil.which("nm")
-    if nm is None:
-        raise RuntimeError("the cuda kernel backend needs nm (binutils): install it with gcc")
+    """What the candidate's object file (beside `library`) imports, defines or contains that a kernel must not,
+    judged against the object file of a known-good kernel (`_baseline_object`)."""
     obj = str(Path(library).with_suffix(".o"))
-    table = subprocess.run([nm, obj], capture_output=True, text=True).stdout
+    baseline = _baseline_object()
+    table = subprocess.run([checks._binutil("nm"), obj], capture_output=True, text=True).stdout
     rows = (line.split() for line in table.splitlines())
     symbols = [(parts[-2], parts[-1]) for parts in rows if len(parts) >= 2]  # (kind, name)
+    nvcc_own = set(checks.undefined_symbols(baseline, dynamic=False))
     problems = []
-    for kind, name in symbols:
-        if kind != "U" or name in ALLOWED_IMPORTS:
+    for kind, name in checks.undefined_symbols(obj, dynamic=False):  # U strong, w and v weak
+        if name in ALLOWED_IMPORTS or (kind, name) in nvcc_own:
             continue
         if name.startswith("__cudaRegister") and "Var" in name:
             problems.append("defines a __device__, __constant__ or __managed__ variable (state kept on the GPU "
                             "between calls)")
         else:
-            problems.append(f"calls {name}, which a kernel may not use")
+            problems.append(f"calls {name}{' (imported weakly)' if kind in 'wv' else ''}, which a kernel may not use")
     kinds = {name: kind for kind, name in symbols}
     if kinds.get(function) != "T":
         problems.append(f"does not define `{function}` with the task's signature (parameter types must match "
@@ -335,7 +347,32 @@ def link_problems(library: str, function: str = HOST_FUNCTION) -> list[str]:
     data = sorted(name for kind, name in symbols if kind in "BDCGSbd" and not any(o in name for o in own))
     if data:
         problems.append(f"defines writable data ({', '.join(data[:3])}): state kept between calls")
+    if _loader_bytes(obj) > _loader_bytes(baseline):
+        problems.append("runs code when loaded or unloaded (a constructor or destructor besides nvcc's own)")
+    extra = sorted((checks.instruction_counts(obj) - checks.instruction_counts(baseline)).keys())
+    if extra:
+        problems.append(f"contains the instruction {', '.join(extra)}, which no kernel needs (a system call, a "
+                        "clock or the CPU's identity)")
     return list(dict.fromkeys(problems))
+
+
+def _loader_bytes(obj: str) -> int:
+    """Bytes of the constructor and destructor tables of an object file (`.init_array.101` counts too)."""
+    return sum(size for name, (size, _) in checks.elf_sections(obj).items()
+               if any(name == s or name.startswith(s + ".") for s in _LOADER_SECTIONS))
+
+
+BASELINE_ARCH = "sm_80"
+"""the architecture of the known-good kernel's object file (its host code is the same for every one)"""
+
+
+@lru_cache(maxsize=1)
+def _baseline_object() -> str:
+    """The object file of a known-good kernel (`_SELF_TEST`): nvcc's own imports, constructors and code."""
+    built = compile_cuda(_SELF_TEST, _SELF_TEST_SIGNATURE, BASELINE_ARCH)
+    if not built.ok:
+        raise RuntimeError(f"nvcc cannot compile a known-good kernel: {built.log}")
+    return str(Path(built.library).with_suffix(".o"))
 
 
 # --- is there a GPU? asked in a child, once ---------------------------------------------------------------
