@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from agentrl_lite.tasks.kernels import checks, compiler
+import agentrl_lite.tasks.kernels.checks as checks
+import agentrl_lite.tasks.kernels.compiler as compiler
 
 ALLOWED_HEADERS = ("math.h", "stddef.h", "stdint.h", "float.h", "string.h")
 INCLUDE_DIR = Path(__file__).with_name("include")
