@@ -239,6 +239,7 @@ def _bwrap_binds(binds: list[str], symlinks: dict[str, str], writable: str | Non
     return args
 
 
+@functools.cache
 def _bwrap_supports_size() -> bool:
     try:
         help_text = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10).stdout
@@ -627,21 +628,27 @@ def run_command(argv: list[str], *, readable: tuple[str, ...] = (), writable: st
     else:
         prefix = list(backend.prefix)
     scratch = None if writable or backend.private_filesystem else tempfile.mkdtemp(prefix="agentrl_sandbox_")
-    cpu_s = int(timeout_s) + 1
+    limits = {"RLIMIT_AS": memory_bytes, "RLIMIT_CPU": int(timeout_s) + 1, "RLIMIT_CORE": 0,
+              "RLIMIT_FSIZE": MAX_FILE_BYTES, "RLIMIT_NOFILE": MAX_OPEN_FILES}
+    prlimit = shutil.which("prlimit")  # util-linux: sets the limits, then execs (no fork of this big process)
+    if prlimit:
+        prefix = [prlimit, *(f"--{name[7:].lower()}={value}" for name, value in limits.items()), "--", *prefix]
 
-    def limits() -> None:
-        for name, value in (("RLIMIT_AS", memory_bytes), ("RLIMIT_CPU", cpu_s), ("RLIMIT_CORE", 0),
-                            ("RLIMIT_FSIZE", MAX_FILE_BYTES), ("RLIMIT_NOFILE", MAX_OPEN_FILES)):
+    def set_limits() -> None:
+        for name, value in limits.items():
             resource.setrlimit(getattr(resource, name), (value, value))
 
     try:
         proc = subprocess.Popen([*prefix, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=_child_env(workdir), cwd=writable or scratch or "/",
-                                start_new_session=True, preexec_fn=limits)
+                                start_new_session=True, preexec_fn=None if prlimit else set_limits)
         try:
             stdout, stderr, timed_out = _exchange(proc, stdin, time.monotonic() + timeout_s, max_output_bytes)
         finally:
-            _kill_tree(proc.pid)
+            if proc.poll() is None:  # timed out, or left a stray holding the pipes
+                _kill_tree(proc.pid)
+            else:  # its pid namespace went with it; under rlimit, strays in its process group go now
+                _kill_group(proc.pid)
             proc.wait()
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 pipe.close()
@@ -658,10 +665,7 @@ def _kill_tree(pid: int, wait_s: float = 5.0) -> None:
     """SIGKILL a process, its process group and every descendant (a pid namespace's first process among them,
     which takes the namespace with it), then wait until none is left running."""
     family = _descendants(pid) | {pid}
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+    _kill_group(pid)
     for member in family:
         try:
             os.kill(member, signal.SIGKILL)
@@ -670,6 +674,13 @@ def _kill_tree(pid: int, wait_s: float = 5.0) -> None:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(_running(member) for member in family - {pid}):
         time.sleep(0.01)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass  # already gone
 
 
 def _descendants(pid: int) -> set[int]:
