@@ -148,7 +148,8 @@ def test_an_include_never_echoes_another_files_content(tmp_path):
 def test_an_include_of_dev_zero_stays_under_the_compilers_memory_limit():
     """Compiled directly (the static check refuses the include): the box's memory limit holds alone. In a
     process of its own, whose children's peak memory is read afterwards."""
-    probe = ("import resource, time\nfrom agentrl_lite.tasks.kernels import cpu_c\nstart = time.perf_counter()\n"
+    probe = ("import resource, time\nfrom agentrl_lite.tasks.kernels import cpu_c\ncpu_c._cache_dir()\n"
+             "start = time.perf_counter()\n"
              "r = cpu_c.compile_c('#include \"/dev/zero\"\\nvoid kernel(float* out) {}\\n', timeout_s=20)\n"
              "print(r.ok, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
@@ -169,26 +170,55 @@ def test_a_huge_unroll_factor_is_refused_before_compiling():
 
 
 def _compilers() -> set[int]:
-    """Process ids of the running compiler proper (cc1) processes."""
+    """Process ids of the running compiler proper (cc1) processes (a killed one waiting to be reaped, a zombie,
+    does not run)."""
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() == "cc1":
-                    found.add(int(pid))
-        except OSError:
+            with open(f"/proc/{pid}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)  # "pid (name) state ..."
+        except (OSError, ValueError):
             continue
+        if head.split("(", 1)[1] == "cc1" and tail.split()[0] != "Z":
+            found.add(int(pid))
     return found
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 def test_a_compile_past_its_timeout_leaves_no_compiler_running():
+    cpu_c.compile_c(kernel())  # the cache folder's first use imports torch: not part of the compile's time
     before = _compilers()
     start = time.perf_counter()
     compiled = cpu_c.compile_c(HUGE_UNROLL + "/* timeout test */\n", timeout_s=3)
     assert not compiled.ok and time.perf_counter() - start < 10
     time.sleep(3)  # a kernel's own cc1 run by another test lasts under a second
     assert not (_compilers() - before), "cc1 kept running after the compile's timeout"
+
+
+def test_the_log_keeps_only_diagnostics_located_in_the_candidates_file():
+    from agentrl_lite.tasks.kernels import compiler
+
+    log = (f"In file included from kernel.c:2:\n/home/u/token.txt:1:1: error: unknown type name '{SECRET}'\n"
+           f"    1 | {SECRET}\n      | ^~~~\nkernel.c:5:3: error: expected ';' before 'out'\ncollect2: error\n")
+    assert compiler.own_diagnostics(log) == "kernel.c:5:3: error: expected ';' before 'out'"
+    assert compiler.own_diagnostics("kernel.cu(3): error: x\nharness.cu(1): error: y", "kernel.cu") == \
+        "kernel.cu(3): error: x"
+
+
+def test_the_box_alone_bounds_memory_and_time_and_leaves_no_compiler(tmp_path):
+    """`run_boxed` (nvcc's box, tried with gcc): without the sandbox, the limits and the process group hold."""
+    from agentrl_lite.tasks.kernels import compiler
+
+    (tmp_path / "kernel.c").write_text('#include "/dev/zero"\n')
+    start = time.perf_counter()
+    run = compiler.run_boxed(["gcc", "-E", "kernel.c", "-o", "kernel.i"], tmp_path, timeout_s=20)
+    assert run.returncode not in (0, None) and time.perf_counter() - start < 20, run
+    (tmp_path / "kernel.c").write_text(HUGE_UNROLL)
+    before = _compilers()
+    run = compiler.run_boxed(["gcc", "-O3", "-c", "kernel.c", "-o", "kernel.o"], tmp_path, timeout_s=2)
+    assert run.returncode is None
+    time.sleep(1)
+    assert not (_compilers() - before), "cc1 kept running after the box's timeout"
 
 
 # --- the cuda backend: the same classes, up to the link check (no GPU, no nvcc needed) -------------------
