@@ -31,7 +31,7 @@ LOG_LIMIT_BYTES = 64 << 10
 """the part of gcc's log that is read back"""
 SOURCE_NAME = "kernel.c"
 """the candidate's file name in the scratch folder and in every diagnostic"""
-DIAGNOSTIC_FLAGS = ("-fdiagnostics-plain-output", "-fno-diagnostics-show-caret", "-fmax-errors=10")
+DIAGNOSTIC_FLAGS = ("-fno-diagnostics-show-caret", "-fdiagnostics-color=never", "-fmax-errors=10")
 """one line per diagnostic, no source echo (it would quote any file a diagnostic points into)"""
 
 

@@ -113,6 +113,8 @@ def static_problems(source: str, signature: str) -> list[str]:
 
 @dataclass
 class Problem:
+    """Why the preprocessor did not give a token stream to check."""
+
     why: str
 
 
@@ -121,7 +123,7 @@ def _header_flags() -> list[str]:
 
 
 def _preprocess(source: str, timeout_s: float = COMPILE_TIMEOUT_S) -> str | Problem:
-    """gcc -E of the candidate in the box, with the compile's own flags and headers."""
+    """gcc -E of the candidate in the sandbox, with the compile's own flags and headers."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / compiler.SOURCE_NAME).write_text(source)
