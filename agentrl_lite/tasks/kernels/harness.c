@@ -7,7 +7,7 @@
  *   per call: u32 set, u32 stack_shift (bytes the candidate's frame is moved down by on that call)
  * stdout (fixed-size records, parsed by the parent as numbers, never executed):
  *   per call:   u32 RECORD_CALL, u32 set, u64 nanoseconds, float32 out[out_count]
- *   on failure: u32 RECORD_FAULT, u32 kind (FAULT_*), u32 call, u32 signal
+ *   on failure: u32 RECORD_FAULT, u32 kind (FAULT_*), u32 call, u32 signal (FAULT_SETUP: the source line)
  *   at the end: u32 RECORD_END
  *
  * Layers, in the order they are set up:
@@ -109,7 +109,7 @@ static void read_all(void* data, size_t size) {
         ssize_t done = read(0, p, size);
         if (done <= 0) {
             if (done < 0 && errno == EINTR) continue;
-            fail(FAULT_SETUP, 0);
+            fail(FAULT_SETUP, 112);
         }
         p += done;
         size -= (size_t)done;
@@ -145,7 +145,7 @@ static void allocate(struct region* r, size_t count) {
     if (pages == 0) pages = 1;
     r->span = (pages + 2) * page;
     r->base = mmap(NULL, r->span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r->base == MAP_FAILED) fail(FAULT_SETUP, 0);
+    if (r->base == MAP_FAILED) fail(FAULT_SETUP, 148);
     unsigned char* data_end = r->base + (pages + 1) * page;
     r->data = (float*)(data_end - padded);
     r->count = count;
@@ -161,7 +161,7 @@ static void allocate(struct region* r, size_t count) {
 static void protect(struct region* r, int read_only) {
     if (mprotect(r->base, page, PROT_NONE) || mprotect(r->base + r->span - page, page, PROT_NONE) ||
         (read_only && mprotect(r->base + page, r->span - 2 * page, PROT_READ)))
-        fail(FAULT_SETUP, 0);
+        fail(FAULT_SETUP, 164);
 }
 
 static int canaries_intact(const struct region* r) {
@@ -191,6 +191,11 @@ static int canaries_intact(const struct region* r) {
 #define ALLOW_IF_ARG_IS(nr, arg, value)                                                           \
     BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 4), LOAD_ARG(arg),                              \
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (value), 0, 1), RETURN(SECCOMP_RET_ALLOW), RETURN(DENY)
+/* allow `nr` only when argument `arg` equals `a` or `b` */
+#define ALLOW_IF_ARG_IS_EITHER(nr, arg, a, b)                                                     \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 5), LOAD_ARG(arg),                              \
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (a), 1, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (b), 0, 1), \
+        RETURN(SECCOMP_RET_ALLOW), RETURN(DENY)
 #define ARCH_CHECK LOAD(arch), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0), RETURN(SECCOMP_RET_KILL_PROCESS), \
     LOAD(nr)
 #define WRITE_FLAGS (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND | 020000000 /* __O_TMPFILE */)
@@ -198,7 +203,7 @@ static int canaries_intact(const struct region* r) {
 static void install(struct sock_filter* filter, unsigned short length) {
     struct sock_fprog program = {length, filter};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program))
-        fail(FAULT_SETUP, 0);
+        fail(FAULT_SETUP, 201);
 }
 
 /* While loading: what the dynamic loader and the harness's setup need; anything else fails with EPERM. */
@@ -220,8 +225,7 @@ static void install_loading_filter(void) {
 #ifdef __NR_faccessat2
         ALLOW_IF(__NR_faccessat2),
 #endif
-        ALLOW_IF_ARG_IS(__NR_write, 0, 1),
-        LOAD(nr), ALLOW_IF_ARG_IS(__NR_write, 0, 2),
+        ALLOW_IF_ARG_IS_EITHER(__NR_write, 0, 1, 2),
         LOAD(nr), ALLOW_IF_ARG_LACKS(__NR_openat, 2, WRITE_FLAGS),
         LOAD(nr), ALLOW_IF_ARG_LACKS(__NR_mprotect, 2, PROT_WRITE | PROT_EXEC),
 #ifdef __NR_open
@@ -283,13 +287,13 @@ __attribute__((noinline)) static uint64_t timed_call(kernel_fn kernel, const int
 int main(int argc, char** argv) {
     install_loading_filter();
     page = (size_t)sysconf(_SC_PAGESIZE);
-    if (argc != 2) fail(FAULT_SETUP, 0);
+    if (argc != 2) fail(FAULT_SETUP, 286);
     uint32_t header[5];
     read_all(header, sizeof header);
     n_inputs = header[1], n_sizes = header[2], n_sets = header[3], n_calls = header[4];
     if (header[0] != MAGIC || n_inputs > MAX_INPUTS || n_inputs + 1 + n_sizes > 8 || n_sizes > MAX_SIZES ||
         n_sets == 0 || n_sets > MAX_SETS)
-        fail(FAULT_SETUP, 0);
+        fail(FAULT_SETUP, 292);
     for (uint32_t s = 0; s < n_sets; s++) {
         uint64_t counts[MAX_INPUTS], out_count;
         read_all(sets[s].sizes, n_sizes * sizeof(int32_t));
@@ -303,10 +307,10 @@ int main(int argc, char** argv) {
     }
     uint32_t* schedule = mmap(NULL, (size_t)n_calls * 8 + 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                               -1, 0);
-    if (schedule == MAP_FAILED) fail(FAULT_SETUP, 0);
+    if (schedule == MAP_FAILED) fail(FAULT_SETUP, 306);
     read_all(schedule, (size_t)n_calls * 8);
     for (uint32_t c = 0; c < n_calls; c++)
-        if (schedule[2 * c] >= n_sets || schedule[2 * c + 1] > MAX_SHIFT) fail(FAULT_SETUP, 0);
+        if (schedule[2 * c] >= n_sets || schedule[2 * c + 1] > MAX_SHIFT) fail(FAULT_SETUP, 309);
 
     struct rlimit stack;
     getrlimit(RLIMIT_STACK, &stack);
@@ -319,14 +323,18 @@ int main(int argc, char** argv) {
     action.sa_sigaction = on_fault;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
-    if (sigaltstack(&signal_stack, NULL)) fail(FAULT_SETUP, 0);
+    if (sigaltstack(&signal_stack, NULL)) fail(FAULT_SETUP, 322);
     int signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGABRT, SIGSYS};
     for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
-        if (sigaction(signals[i], &action, NULL)) fail(FAULT_SETUP, 0);
+        if (sigaction(signals[i], &action, NULL)) fail(FAULT_SETUP, 325);
 
     void* library = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     kernel_fn kernel = library ? (kernel_fn)(uintptr_t)dlsym(library, "kernel") : NULL;
-    if (kernel == NULL) fail(FAULT_SETUP, 0);
+    if (kernel == NULL) {
+        const char* why = dlerror();
+        if (why != NULL) (void)!write(2, why, strlen(why));
+        fail(FAULT_SETUP, 329);
+    }
     for (uint32_t s = 0; s < n_sets; s++) {
         for (uint32_t i = 0; i < n_inputs; i++) protect(&sets[s].inputs[i], 1);
         protect(&sets[s].out, 0);

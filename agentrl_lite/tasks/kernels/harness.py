@@ -27,6 +27,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,7 @@ from agentrl_lite import sandbox
 SOURCE = Path(__file__).with_name("harness.c")
 FLAGS = ("-O2", "-std=gnu11", "-Wall", "-Wl,-z,now")
 MAGIC, RECORD_CALL, RECORD_FAULT, RECORD_END = 0x4E52484B, 1, 2, 3
+FAULT_SETUP = 5
 MAX_SHIFT = 64 << 10
 """largest random shift (bytes) of the candidate's stack frame on a call (harness.c's MAX_SHIFT)"""
 MEMORY_BUDGET_BYTES = 256 << 20
@@ -46,7 +48,6 @@ _FAULTS = {
     1: ("mutated", "the kernel changed its inputs (they are read-only)"),
     2: ("out_of_bounds", "the kernel read or wrote past the end of a buffer"),
     4: ("out_of_bounds", "the kernel wrote outside its output buffer"),
-    5: ("error", "the harness could not load the kernel's library"),
 }
 _SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGBUS: "bus error", signal.SIGILL: "illegal instruction",
             signal.SIGFPE: "arithmetic exception", signal.SIGABRT: "aborted", signal.SIGTRAP: "trap",
@@ -112,8 +113,11 @@ def run(library: str, input_sets: list[list[np.ndarray]], sizes: list[list[int]]
     payload += [struct.pack("<2I", s, secrets.randbelow(MAX_SHIFT // 16) * 16) for s in calls]
     data = b"".join(payload)
     out_bytes = sum(4 * int(np.prod(out_shapes[s])) + 16 for s in calls) + 64
-    done = sandbox.run_command([binary(), library], readable=(binary(), library), stdin=data, timeout_s=timeout_s,
-                               memory_bytes=MEMORY_BUDGET_BYTES + 2 * len(data), max_output_bytes=out_bytes)
+    with tempfile.TemporaryDirectory(prefix="agentrl_kernel_") as folder:  # the sandbox shows this copy only
+        private = shutil.copy(library, f"{folder}/kernel.so")
+        done = sandbox.run_command([binary(), private], readable=(binary(), private), stdin=data,
+                                   timeout_s=timeout_s, memory_bytes=MEMORY_BUDGET_BYTES + 2 * len(data),
+                                   max_output_bytes=out_bytes)
     if done.timed_out:
         return Calls("timeout", f"did not finish within {timeout_s:.0f} s")
     return _parse(done, out_shapes, calls)
@@ -142,6 +146,9 @@ def _parse(done: sandbox.CommandResult, out_shapes: list[tuple[int, ...]], calls
             return result
         if kind == RECORD_FAULT and (fault := take(12)) is not None:
             what, call, signum = struct.unpack("<3I", fault)
+            if what == FAULT_SETUP:
+                why = done.stderr.decode(errors="replace").strip()[-300:] or "no reason given"
+                return Calls("error", f"the harness could not load the kernel (harness.c line {signum}): {why}")
             status, message = _FAULTS.get(what, ("crashed", f"the kernel crashed the process: {_describe(-signum)}"))
             return Calls(status, f"call {call + 1}: {message}")
         index = len(result.outputs)
