@@ -3,8 +3,8 @@ reward. Each stage returns what it found; `verify` stops at the first stage that
 
 Correctness: one call on each input set: five seeded sets from the task's inputs, a shifted one (every input
 × 10 + 3, so a kernel tuned to standard-normal inputs, or one that returns a memorised output, fails), for
-elementwise tasks a set of extremes (large magnitudes, ±inf, NaN, denormals; NaN must come out where PyTorch's
-does), and a set at `ODD_SIZES` (a kernel that ignores `n` or assumes a multiple of a vector width fails);
+elementwise tasks a set of extremes (large magnitudes, ±inf, NaN, denormals; compared NaN-equal with PyTorch,
+except where an input is NaN: a max-like operator may return either operand), and a set at `ODD_SIZES` (a kernel that ignores `n` or assumes a multiple of a vector width fails);
 shape and dtype checked, `allclose` with the task's fp32 tolerance. The reference outputs come from PyTorch in a
 separate process and are cached per task and shape set.
 
@@ -12,11 +12,12 @@ Timing: `TIMING_SETS` input sets drawn exactly like the correctness sets (same f
 from a seed drawn per verification, called in a random order; the candidate in the C harness (harness.py, in the
 sandbox: nothing there but the kernel, its buffers and a clock), the reference in a Python child, one after the
 other; the median of each after warm-ups; speedup = reference median / candidate median. The output of every
-timed call is checked against the reference's, and inputs are read-only during every call.
+timed call is checked against the reference's, and inputs are read-only during every call. (The cuda backend
+runs candidate and reference interleaved in one child on the GPU, cuda.py.)
 
 Reward (tiers in the style of Dr.Kernel and Kevin): a failure earns less the earlier it happens; a correct
-kernel earns more the faster it is; a speedup above `SUSPICIOUS_SPEEDUP` is flagged and re-timed on another
-input set with twice the repeats before it is paid, and the lower of the two speedups counts.
+kernel earns more the faster it is; a speedup above `SUSPICIOUS_SPEEDUP` is flagged and re-timed on freshly
+drawn input sets with twice the repeats before it is paid, and the lower of the two speedups counts.
 
 Backends: `cpu_c` (a ```c function, gcc, timed on one CPU thread) and `cuda` (a ```cuda block with kernels
 and a host function, nvcc, run and timed on the GPU against the reference on CUDA tensors); same stages.
@@ -76,7 +77,7 @@ class Verdict:
     speedup: float | None = None
     """reference median / candidate median, when timed"""
     flags: list[str] = field(default_factory=list)
-    """hack suspicions: "mutated_inputs", "static:<why>", "link:<why>", "suspicious_speedup\""""
+    """hack suspicions: "mutated_inputs", "out_of_bounds", "static:<why>", "link:<why>", "suspicious_speedup\""""
     source: str | None = None
 
     def metrics(self) -> dict[str, float]:
