@@ -263,3 +263,12 @@ def test_a_correct_kernel_is_timed_in_the_harness_with_plausible_numbers(tmp_pat
     library = build(relu_kernel(), tmp_path)
     timed = stages.time_candidate(RELU, library, "smoke", warmup=2, repeats=8)
     assert isinstance(timed, tuple) and 0 < timed[0] < 0.01 and 0 < timed[1] < 0.01, timed
+
+
+def test_without_an_isolating_backend_no_kernel_runs(monkeypatch, tmp_path):
+    """Where neither bwrap nor unshare can isolate code, the verifier refuses as the Python tool does."""
+    library = build(relu_kernel(), tmp_path)
+    monkeypatch.delenv("AGENTRL_SANDBOX", raising=False)
+    monkeypatch.setattr(sandbox, "_select_backend", lambda requested: "no sandbox can isolate code here (simulated)")
+    with pytest.raises(sandbox.SandboxUnavailableError, match="simulated"):
+        stages.check_correctness(RELU, library, "smoke")
