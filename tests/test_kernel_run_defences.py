@@ -272,3 +272,15 @@ def test_without_an_isolating_backend_no_kernel_runs(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "_select_backend", lambda requested: "no sandbox can isolate code here (simulated)")
     with pytest.raises(sandbox.SandboxUnavailableError, match="simulated"):
         stages.check_correctness(RELU, library, "smoke")
+
+
+def test_a_cache_keyed_by_the_last_calls_buffers_is_caught_in_every_timing(tmp_path):
+    """Static state the link check would refuse, run anyway: every timing repeats one call's buffers at least
+    once, the output is NaN before it, and the early return leaves the NaN."""
+    cache = ("    static const float* last_x;\n    static float* last_out;\n"
+             "    if (x == last_x && out == last_out) return;\n    last_x = x;\n    last_out = out;")
+    library = build(relu_kernel(before=cache), tmp_path)
+    assert stages.check_correctness(RELU, library, "smoke")[0]
+    for _ in range(3):
+        timed = stages.time_candidate(RELU, library, "smoke", warmup=1, repeats=2)
+        assert isinstance(timed, str) and "wrong output" in timed, timed
