@@ -53,6 +53,9 @@ ignores RLIMIT_NPROC and can read /etc/shadow, a throwaway uid cannot, and no ot
 process count. If that uid cannot read the interpreter's directory (an interpreter under /root), the
 rlimit backend preloads common standard-library modules before dropping privileges; other imports fail.
 
+`run_command` runs any program (a compiler, the kernel harness) in the same backends, with an allow-list view:
+SYSTEM_PATHS and the files it is given read-only, one scratch folder read-write, no capabilities.
+
 Persistent sessions (`PythonSession`) keep one worker process alive inside the sandbox: it reads cells
 over a pipe and `exec`s them in one namespace, so variables survive between turns of an episode. A cell
 that times out or crashes the worker ends that process; the next call starts a fresh one, and the

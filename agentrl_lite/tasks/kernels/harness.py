@@ -15,7 +15,9 @@ The layers between a candidate and the caller, outermost first:
   numbers only, never an object to unpickle.
 
 The harness runs a schedule of calls over input sets it cannot tell apart (every set is allocated the same way)
-and reports each call's output and its time; correctness and timing are both schedules.
+and reports each call's output and its time; correctness and timing are both schedules. The kernel shares the
+harness's address space, so a kernel that overwrote the harness's own memory could misreport its time: the
+compile side (no system calls, assembly, imports or writable data of its own) is the layer against that.
 """
 
 from __future__ import annotations
