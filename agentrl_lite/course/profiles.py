@@ -2,7 +2,7 @@
 
 | profile | where | budget per notebook |
 |---|---|---|
-| smoke | CI, `make test` | ≤ 150 s: proves the plumbing, not the method |
+| smoke | CI, `make test` | ≤ 60 s on a 2-core CPU with fast bf16: proves the plumbing, not the method |
 | cpu | a laptop | ≤ 20 min: real learning with the embedded model |
 | gpu | one GPU | ≤ 30 min: the reproduction numbers |
 """
