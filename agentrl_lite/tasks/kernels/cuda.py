@@ -60,9 +60,9 @@ from pathlib import Path
 import numpy as np
 
 import agentrl_lite.tasks.kernels.checks as checks
+import agentrl_lite.tasks.kernels.children as children
 import agentrl_lite.tasks.kernels.compiler as compiler
 import agentrl_lite.tasks.kernels.cpu_c as cpu_c
-from agentrl_lite.tasks.kernels import children
 from agentrl_lite.tasks.kernels.catalog import KernelTask
 
 SYSTEM_PROMPT = (

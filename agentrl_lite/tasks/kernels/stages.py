@@ -33,9 +33,10 @@ from functools import lru_cache
 
 import numpy as np
 
+import agentrl_lite.tasks.kernels.children as children
 import agentrl_lite.tasks.kernels.cpu_c as cpu_c
 import agentrl_lite.tasks.kernels.cuda as cuda
-from agentrl_lite.tasks.kernels import children, harness
+import agentrl_lite.tasks.kernels.harness as harness
 from agentrl_lite.tasks.kernels.catalog import SHAPES, KernelTask
 
 CORRECTNESS_SEEDS = (0, 1, 2, 3, 4)
