@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -404,8 +405,9 @@ def test_the_smoke_budget_stretches_by_the_measured_slowdown_within_bounds(monke
 
 @pytest.mark.notebooks
 def test_a_lesson_under_nbval_fails_over_its_budget_and_passes_within_it(tmp_path: Path) -> None:
-    """The repository's conftest.py holds each notebook nbval runs to the smoke budget: the same fixture notebook
-    passes with the real budget and fails, naming its slowest cells, when the slack shrinks the budget to nothing."""
+    """The repository's conftest.py holds each notebook nbval runs to the smoke budget: a fixture notebook fails,
+    naming its slowest cells, when the slack shrinks the budget to nothing, and every cell before the last passes.
+    (Passing within the real budget is what every lesson does in `make test`, under the same conftest.)"""
     import shutil
     import subprocess
     import sys
@@ -419,9 +421,8 @@ def test_a_lesson_under_nbval_fails_over_its_budget_and_passes_within_it(tmp_pat
                                str(tmp_path / "00_tiny.ipynb")], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=300)
 
-    within = nbval("1.5")
-    assert within.returncode == 0, within.stdout[-3000:]
-    assert "00_tiny.ipynb" in within.stdout and "lessons under nbval (smoke profile)" in within.stdout
     over = nbval("0.00001")
     assert over.returncode == 1, over.stdout[-3000:]
+    assert "lessons under nbval (smoke profile)" in over.stdout, over.stdout[-3000:]
     assert "00_tiny.ipynb took" in over.stdout and "Slowest cells: Cell" in over.stdout, over.stdout[-3000:]
+    assert re.search(r"\b1 failed, \d+ passed", over.stdout), "only the last cell carries the budget verdict"
