@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from agentrl_lite.course.budgets import BUDGET_S, CELL_TIMEOUT_S, MEMORY_BUDGET_MB, machine_slowdown
+from agentrl_lite.course.budgets import CELL_TIMEOUT_S, MEMORY_BUDGET_MB, machine_slowdown, smoke_budget_s
 from agentrl_lite.course.cli import main
 from agentrl_lite.course.exercises import (
     cell_stdout,
@@ -256,12 +256,13 @@ def test_notebook_runs_in_the_smoke_profile(relpath: str, executed: Executions) 
         assert not unexpected, f"an exercise may only fail on its stubs: {_errors(run)}"
     else:
         assert run.status == "ok", _errors(run)
-    allowed, slowdown = SLACK * BUDGET_S["smoke"], 1.0
+    budget = smoke_budget_s()
+    allowed, slowdown = SLACK * budget, 1.0
     if run.seconds > allowed:  # measured now, right after the notebook: how much slower this machine runs than the reference
         slowdown = machine_slowdown()
         allowed *= slowdown
     assert run.seconds <= allowed, (
-        f"{relpath} took {run.seconds:.0f} s; the smoke budget is {BUDGET_S['smoke']} s ({allowed:.0f} s with the slack and this "
+        f"{relpath} took {run.seconds:.0f} s; the smoke budget is {budget:.0f} s ({allowed:.0f} s with the slack and this "
         f"machine's slowdown {slowdown:.2f}×). Slowest cells: "
         + ", ".join(f"cell {i} {sec:.0f} s" for i, sec in run.slowest_cells())
     )
@@ -401,6 +402,17 @@ def test_the_smoke_budget_stretches_by_the_measured_slowdown_within_bounds(monke
     monkeypatch.setattr(budgets, "read_results", lambda name: None)
     assert budgets.machine_slowdown() == 1.0
     assert (REPO / "results" / "bench" / "bench_smoke_reference.json").exists(), "the reference is committed"
+
+
+def test_the_smoke_budget_is_longer_where_bf16_is_slow(monkeypatch) -> None:
+    """60 s where bf16 is fast; 25/15 of it where every bf16 choice runs in fp32 (the suite's own two limits)."""
+    from agentrl_lite import models
+    from agentrl_lite.course import budgets
+
+    monkeypatch.setattr(models, "bf16_is_fast", lambda: True)
+    assert budgets.smoke_budget_s() == budgets.BUDGET_S["smoke"] == 60
+    monkeypatch.setattr(models, "bf16_is_fast", lambda: False)
+    assert budgets.smoke_budget_s() == pytest.approx(100.0)
 
 
 @pytest.mark.notebooks

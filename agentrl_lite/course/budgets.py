@@ -15,6 +15,20 @@ report flags a slow notebook; it does not stop one). The smoke guard is 300 s, a
 --nbval-cell-timeout: a slow CI machine then reports a lesson over its budget, not a hung cell. The cpu profile's
 guard is four budgets: on a CPU without bf16 instructions lesson 05's training cell, two GRPO runs and their
 evaluations, ran past two (docs/design/05_rl_for_tool_calls.md)"""
+SMOKE_WITHOUT_FAST_BF16 = 25 / 15
+"""How much longer a smoke notebook may take on a CPU without fast bf16: the ratio of the test suite's two limits
+(15 minutes of `make test` with fast bf16, 25 without). There every bf16 choice runs in fp32, slower than the
+fp32 reference workload's ratio alone says."""
+
+
+def smoke_budget_s() -> float:
+    """The smoke budget of one notebook on this machine: `BUDGET_S["smoke"]` where bf16 is fast, times
+    `SMOKE_WITHOUT_FAST_BF16` where it is not (before the slack and the measured slowdown)."""
+    from agentrl_lite.models import bf16_is_fast
+
+    return BUDGET_S["smoke"] * (1.0 if bf16_is_fast() else SMOKE_WITHOUT_FAST_BF16)
+
+
 MEMORY_BUDGET_MB = {"smoke": 4096, "cpu": 4096}
 """Peak resident memory a notebook's kernel may use (a student laptop's share); the report flags notebooks above
 it, and in the smoke profile (CI) a notebook above it fails with MemoryBudgetExceeded"""

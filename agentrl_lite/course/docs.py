@@ -283,7 +283,7 @@ def render_seed_studies(results_dir: Path) -> str:
 def render_bench_test_suite(results: dict) -> str:
     """The test suite's wall time, by part, from benchmarks/suite_time.py's reading of a `make test` log (and of a
     `make unit` log when one was given)."""
-    from agentrl_lite.course.budgets import BUDGET_S
+    from agentrl_lite.course.budgets import BUDGET_S, SMOKE_WITHOUT_FAST_BF16
 
     m = results["metrics"]
     lessons = {n: t for n, t in m["notebook_seconds"].items() if n.startswith("notebooks/")}
@@ -300,7 +300,8 @@ def render_bench_test_suite(results: dict) -> str:
             f"{slowest.removeprefix('notebooks/').removesuffix('.ipynb')}, {lessons[slowest]:.0f} s; over 60 s: "
             f"{', '.join(over) or 'none'}), the solutions {m['solutions_seconds'] / 60:.1f} min, the exercises "
             f"{m['exercises_seconds'] / 60:.1f} min and everything else {m['other_tests_seconds'] / 60:.1f} min."
-            f"{unit} A smoke notebook fails over {BUDGET_S['smoke']} s × 1.5, stretched by the slowdown the machine "
+            f"{unit} A smoke notebook fails over {BUDGET_S['smoke']} s × 1.5 "
+            f"({BUDGET_S['smoke'] * SMOKE_WITHOUT_FAST_BF16:.0f} s × 1.5 on a CPU without fast bf16), stretched by the slowdown the machine "
             f"measures at that moment (`budgets.machine_slowdown`, at most 3×).")
 
 
