@@ -101,13 +101,18 @@ def test_an_arrow_back_up_would_be_found():
 
 
 CORE_ENTRY_POINTS = ("agentrl_lite.loss", "agentrl_lite.models", "agentrl_lite.grpo", "agentrl_lite.tasks.search")
+LESSON_COURSE_IMPORTS = ("agentrl_lite.course", "agentrl_lite.course.exercises", "agentrl_lite.course.presets",
+                         "agentrl_lite.course.reproduce", "agentrl_lite.course.results")
+RUNNER_PACKAGES = ("nbformat", "papermill", "jsonschema")
 
 
 @pytest.mark.slow
 def test_importing_a_core_module_runs_no_course_code():
     """A fresh interpreter imports the RL core and a task family one module at a time, the lightest first, and
     looks after each import: none may load agentrl_lite.course (one interpreter, not four: each start imports
-    torch and transformers again)."""
+    torch and transformers again). Then the course modules a lesson imports for its checks and tables: they
+    may not load the notebook runner's packages (nbformat builds its schema validator's grammar, 1.3 s, in
+    every lesson's kernel)."""
     import subprocess
     import sys
 
@@ -115,13 +120,17 @@ def test_importing_a_core_module_runs_no_course_code():
             f"for core in {CORE_ENTRY_POINTS!r}:\n"
             "    importlib.import_module(core)\n"
             "    loaded = sorted(m for m in sys.modules if m.startswith('agentrl_lite.course'))\n"
-            "    print(core, ','.join(loaded))\n")
+            "    print(core, ','.join(loaded))\n"
+            f"for module in {LESSON_COURSE_IMPORTS!r}:\n"
+            "    importlib.import_module(module)\n"
+            f"print('runner', ','.join(m for m in {RUNNER_PACKAGES!r} if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [line.partition(" ") for line in out.stdout.splitlines()]
-    assert [core for core, _, _ in lines] == list(CORE_ENTRY_POINTS), out.stdout
-    wrong = {core: loaded for core, _, loaded in lines if loaded}
+    assert [core for core, _, _ in lines] == [*CORE_ENTRY_POINTS, "runner"], out.stdout
+    wrong = {core: loaded for core, _, loaded in lines[:-1] if loaded}
     assert not wrong, f"importing these loaded course modules: {wrong}"
+    assert not lines[-1][2], f"a lesson's course imports loaded the notebook runner's packages: {lines[-1][2]}"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -26,10 +26,8 @@ from typing import Any
 import numpy as np
 
 from agentrl_lite.course.budgets import CELL_TIMEOUT_S
-from agentrl_lite.course.course_runs import _new_run_dir, write_runs_summary
 from agentrl_lite.course.profiles import resolve_profile
 from agentrl_lite.course.results import metric, result_path, results_root, write_results
-from agentrl_lite.course.runner import _environ, execute_notebook
 from agentrl_lite.paths import course_root
 from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
 
@@ -216,6 +214,11 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
 
     parameters: other values for the notebook's "parameters" cell (e.g. {"SPLIT": "validation", "BETA": 0.5}):
     a variant, written to `variant_name(...)`; it never replaces the lesson's committed results file."""
+    # imported here, not at the top: the lessons import this module for its tables, and the notebook runner
+    # brings nbformat's schema validator (1.3 s of grammar building) into every lesson's kernel
+    from agentrl_lite.course.course_runs import _new_run_dir, write_runs_summary
+    from agentrl_lite.course.runner import _environ, execute_notebook
+
     if lesson not in LESSONS:
         raise KeyError(f"lesson {lesson!r} cannot be reproduced yet; choose one of {sorted(LESSONS)}")
     if len(set(seeds)) != len(seeds) or not seeds:
