@@ -103,13 +103,13 @@ CANDIDATES = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "infinite loop" else n
-                                  for n in CANDIDATES])  # the infinite loop runs to its timeout
-def test_the_candidate_suite_earns_nothing_and_crashes_nothing(name):
+@pytest.mark.parametrize("name", list(CANDIDATES))
+def test_the_candidate_suite_earns_nothing_and_crashes_nothing(name, monkeypatch):
+    monkeypatch.setattr(cpu_c, "RUN_TIMEOUT_S", 2.0)  # read per call: the infinite loop runs to 2 s, not 10
     text, stage, message = CANDIDATES[name]
     start = time.perf_counter()
     verdict = verify(RELU, text, shape="smoke", timing=False)
-    assert time.perf_counter() - start < 3 * cpu_c.RUN_TIMEOUT_S + 10, "a verdict must come within the timeout"
+    assert time.perf_counter() - start < cpu_c.RUN_TIMEOUT_S + 5, "a verdict must come within the timeout"
     if name == "wrong signature":  # a non-const input is the same ABI: it is simply a correct kernel
         assert verdict.correct
         return

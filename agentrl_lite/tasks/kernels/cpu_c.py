@@ -51,8 +51,13 @@ ALLOWED_IMPORTS = {
 """undefined symbols a candidate library may import"""
 COMPILE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC", "-fno-openmp")
 COMPILE_TIMEOUT_S = 30.0
-RUN_TIMEOUT_S = 10.0
-"""wall-clock limit of one harness run (all the input sets of a correctness check; a timing gets three times it)"""
+RUN_TIMEOUT_S = 5.0
+"""wall-clock limit of the harness run of a correctness check (all its input sets): a correct naive kernel's
+run takes 0.2-0.6 s at the cpu shape, sandbox start included, so a candidate that runs 5 s hangs; it is also
+what every hanging candidate costs a GRPO step"""
+TIMING_TIMEOUT_S = 30.0
+"""wall-clock limit of the harness run of a timing (warm-up and timed calls): a correct but slow kernel must be
+timed and paid as slower, not cut as a hang"""
 
 _FORBIDDEN = {  # a word of the preprocessed source (a trailing * matches a prefix) → why it is refused
     **dict.fromkeys(("asm", "__asm", "__asm__"), "uses inline assembly"),

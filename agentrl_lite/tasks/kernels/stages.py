@@ -237,7 +237,7 @@ def time_candidate(task: KernelTask, library: str, shape: str, warmup: int = 3, 
     if status != "ok":
         raise RuntimeError(f"the reference of {task.name} failed: {value}")
     reference_seconds, expected = value
-    ran = _run(backend, library, sets, [e.shape for e in expected], calls, cpu_c.RUN_TIMEOUT_S * 3)
+    ran = _run(backend, library, sets, [e.shape for e in expected], calls, cpu_c.TIMING_TIMEOUT_S)
     if ran.status != "ok":
         return f"timing failed: {ran.message}"
     for i, (s, got) in enumerate(zip(calls, ran.outputs, strict=True)):
