@@ -133,6 +133,21 @@ def test_importing_a_core_module_runs_no_course_code():
     assert not lines[-1][2], f"a lesson's course imports loaded the notebook runner's packages: {lines[-1][2]}"
 
 
+def test_the_memory_tasks_data_imports_without_the_model_code():
+    """The memory task's dialogues, bank, rewards and tools import without `evaluate` (transformers' modelling
+    code, seconds per kernel): only its replayers run a model, and they load on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport agentrl_lite.tasks.memory as memory\n"
+            "print(sorted(m for m in ('agentrl_lite.evaluate', 'agentrl_lite.rollout', 'transformers.modeling_utils')"
+            " if m in sys.modules))\n"
+            "memory.replay_policy\nprint('agentrl_lite.evaluate' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["[]", "True"], out.stdout
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_every_module_opens_with_a_docstring(name):
     docstring = ast.get_docstring(ast.parse(MODULES[name].read_text()))

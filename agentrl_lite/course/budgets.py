@@ -64,6 +64,10 @@ def reference_workload() -> float:
     return time.perf_counter() - start
 
 
+MAX_SLOWDOWN = 3.0
+"""no slowdown excuses more than this overrun: a notebook over its budget times this fails without the measurement"""
+
+
 def machine_slowdown(repeats: int = 3) -> float:
     """How many times slower than the machine the smoke budget was set on this one runs now: `reference_workload`'s
     best of `repeats` over the reference's (results/bench/bench_smoke_reference.json), at least 1 and at most 3. A busy CI
@@ -73,4 +77,4 @@ def machine_slowdown(repeats: int = 3) -> float:
     if record is None:
         return 1.0
     best = min(reference_workload() for _ in range(repeats))
-    return min(3.0, max(1.0, best / record["metrics"]["reference_workload_s"]))
+    return min(MAX_SLOWDOWN, max(1.0, best / record["metrics"]["reference_workload_s"]))

@@ -78,7 +78,6 @@ from agentrl_lite.tasks.memory.questions import (
     gold_answer_in_bank,
     probes,
 )
-from agentrl_lite.tasks.memory.replay import model_manager, replay_constant_memory, replay_policy
 from agentrl_lite.tasks.memory.templates import (
     CHAINED_QUESTION,
     CHATS,
@@ -122,3 +121,16 @@ __all__ = [
     # replay
     "model_manager", "replay_constant_memory", "replay_policy",
 ]
+
+
+_REPLAY = ("model_manager", "replay_constant_memory", "replay_policy")
+
+
+def __getattr__(name: str):
+    # the replayers run a model (`evaluate`, hence transformers' modelling code, seconds to import): loaded on first
+    # use, so that the task's data, tools and rewards import without them
+    if name in _REPLAY:
+        from agentrl_lite.tasks.memory import replay
+
+        return getattr(replay, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
