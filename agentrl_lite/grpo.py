@@ -54,6 +54,8 @@ from agentrl_lite.models import (
     BF16_CHOICES,
     adamw,
     large_tensors_mapped,
+    park_sampling_copy,
+    refresh_sampling_copy,
     release_memory,
     sampling_copy,
     use_bf16,
@@ -136,9 +138,10 @@ class GRPOConfig:
     GRPOConfig: it lowers a lesson's peak memory (results/bench/bench_checkpointing.json)"""
     sampler_dtype: str | None = None
     """sample with a copy of the policy in this dtype, e.g. "bfloat16" (decoding reads half the weight bytes:
-    about 1.6x faster on a CPU with bf16 instructions); the copy is refreshed after every optimizer step and
-    the loss corrects for the sampler's slightly different distribution (is_cap). "auto": bf16 where that is
-    faster (models.fast_sampler_dtype). None, or the policy's own dtype: the policy samples"""
+    about 1.6x faster on a CPU with bf16 instructions) or "int8" (linear weights in int8, `quantize`: a quarter);
+    the copy is refreshed after every optimizer step and the loss corrects for the sampler's slightly different
+    distribution (is_cap). "auto": `models.fast_sampler_dtype`. None, or the policy's own dtype: the policy
+    samples"""
     is_cap: float | None = 2.0
     """truncated importance sampling: each policy token's gradient term is weighted by min(π_old / π_sampler,
     is_cap), π_old being the trainer's own log-prob before the update (loss.truncated_importance_weights).
@@ -464,22 +467,14 @@ class GRPOTrainer:
         return {**sums, **_sampling_metrics(gaps), "update_skipped": 0.0}
 
     def _park_sampler(self) -> None:
-        """Free the sampler's weights until `_sync_sampler` writes them again (270 MB for SmolLM2-135M in bf16,
-        otherwise held through the loss passes and AdamW's step)."""
+        """Free the sampler's weights until `_sync_sampler` writes them again (`models.park_sampling_copy`)."""
         if self.sampler is not None:
-            for mine in self.sampler.parameters():
-                mine.data = mine.data.new_empty(0)
+            park_sampling_copy(self.sampler)
 
     def _sync_sampler(self, only_parked: bool = False) -> None:
-        """Copy the policy's weights into the sampler (a cast copy: tens of milliseconds). only_parked: only if
-        `_park_sampler` left it without weights."""
+        """Write the policy's weights into the sampler. only_parked: only if `_park_sampler` left it without."""
         if self.sampler is not None:
-            with torch.no_grad():
-                for mine, theirs in zip(self.sampler.parameters(), self.model.parameters(), strict=True):
-                    if mine.shape != theirs.shape:  # parked (`_park_sampler`)
-                        mine.data = theirs.detach().to(mine.dtype)
-                    elif not only_parked:
-                        mine.copy_(theirs)
+            refresh_sampling_copy(self.sampler, self.model, only_parked)
 
     def reference_logprobs(self, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():

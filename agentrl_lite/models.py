@@ -16,6 +16,7 @@ import copy
 import ctypes
 import gc
 import importlib.util
+import os
 import platform
 import tempfile
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from transformers import (
 )
 
 from agentrl_lite.paths import cache_root
+from agentrl_lite.quantize import PackedLinear, fbgemm_available, packed_copy, repack_
 
 EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -116,6 +118,11 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
     return getattr(torch, dtype)
 
 
+PACKED = {"fp16_weights": "fp16", "int8": "int8"}
+"""sampler dtypes of a copy whose linear layers are packed for fbgemm (`quantize.packed_copy`): fp16 weights, or
+int8 weights and activations"""
+FORCE_FP32 = "AGENTRL_FORCE_FP32"
+"""the environment variable that makes `bf16_is_fast` answer False (1: force the fp32 path)"""
 BF16_CHOICES = (True, False, "auto")
 """values of a bf16 switch (`SFTConfig.bf16`, `GRPOConfig.bf16_loss`): on, off, or where it is fast (`bf16_is_fast`)"""
 
@@ -128,7 +135,13 @@ def bf16_is_fast(device: torch.device | str = "cpu") -> bool:
     bf16 on AVX512 CPUs without them, by emulation: on such a Xeon a bf16 matrix product took 3.8× and an SFT
     step 3.0× the fp32 time (results/bench/bench_bf16.json, `benchmarks/bf16_speed.py`). Other CPUs (ARM): oneDNN's
     own report.
+
+    AGENTRL_FORCE_FP32=1 in the environment answers False everywhere: a machine with fast bf16 then takes the path
+    of one without (fp32 loss passes and SFT, no bf16 sampling copy), to measure that path where no such machine
+    is at hand.
     """
+    if os.environ.get(FORCE_FP32, "") not in ("", "0"):
+        return False
     device = torch.device(device)
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
@@ -151,21 +164,29 @@ def use_bf16(switch: bool | str, device: torch.device | str = "cpu") -> bool:
 def fast_sampler_dtype(device: torch.device | str = "cpu") -> str | None:
     """The dtype of a sampling copy worth making for a policy on `device`, or None.
 
-    Decoding reads every weight once per token, and bf16 halves the bytes: where bf16 runs natively
-    (`bf16_is_fast`) a bf16 copy decodes about 1.6× faster than the fp32 policy (results/bench/bench_grpo_step.json,
-    on a CPU with AVX512-BF16). Where bf16 is emulated it is slower: None there.
+    Decoding reads every weight once per token, so fewer bytes per weight decode faster. Where bf16 runs natively
+    (`bf16_is_fast`): a bf16 copy. On a CPU without fast bf16 that has PyTorch's fbgemm kernels (x86 with AVX2):
+    the linear weights packed in fp16 ("fp16_weights", `quantize.packed_copy`), whose log-probs stay closer to the
+    policy's than a bf16 copy's. int8 is faster still but too coarse to sample with; elsewhere no copy. The speeds
+    and log-prob gaps behind this choice: results/bench/bench_sampler_copies.json (`benchmarks/sampler_copies.py`).
     """
-    return "bfloat16" if bf16_is_fast(device) else None
+    if bf16_is_fast(device):
+        return "bfloat16"
+    return "fp16_weights" if torch.device(device).type == "cpu" and fbgemm_available() else None
 
 
 def sampling_copy(model: PreTrainedModel, dtype: str | None = "auto") -> PreTrainedModel | None:
     """A frozen copy of `model` cast to `dtype` to sample with, or None where no copy is worth making.
 
-    dtype: "auto" (`fast_sampler_dtype` of the model's device), "bfloat16", ...; None, or the model's own dtype:
-    no copy (None is returned and the caller samples with the model itself).
+    dtype: "auto" (`fast_sampler_dtype` of the model's device), "bfloat16", ..., or one of `PACKED` (the linear
+    layers packed for PyTorch's fbgemm kernels, `quantize.packed_copy`); None, or the model's own dtype: no copy
+    (None is returned and the caller samples with the model itself). `refresh_sampling_copy` writes a trained
+    policy's weights into it.
     """
     param = next(model.parameters())
     dtype = fast_sampler_dtype(param.device) if dtype == "auto" else dtype
+    if dtype in PACKED:
+        return packed_copy(model, PACKED[dtype])
     if dtype is None or resolve_dtype(dtype, param.device) == param.dtype:
         return None
     dtype = resolve_dtype(dtype, param.device)
@@ -174,6 +195,29 @@ def sampling_copy(model: PreTrainedModel, dtype: str | None = "auto") -> PreTrai
     memo: dict[int, object] = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False)
                                for p in model.parameters() if p.is_floating_point()}
     return copy.deepcopy(model, memo).to(dtype).eval().requires_grad_(False)
+
+
+def park_sampling_copy(sampler: PreTrainedModel) -> None:
+    """Free a sampling copy's weights until `refresh_sampling_copy` writes them again (a trainer parks its sampler
+    through the update: 270 MB for SmolLM2-135M in bf16, otherwise held beside the loss passes and AdamW)."""
+    for module in sampler.modules():
+        if isinstance(module, PackedLinear):
+            module.free_()
+    for mine in sampler.parameters():
+        mine.data = mine.data.new_empty(0)
+
+
+def refresh_sampling_copy(sampler: PreTrainedModel, model: PreTrainedModel, only_parked: bool = False) -> None:
+    """Write `model`'s weights into its sampling copy (cast or quantised: tens of milliseconds for SmolLM2-135M).
+    only_parked: only the weights `park_sampling_copy` freed."""
+    theirs = dict(model.named_parameters())
+    with torch.no_grad():
+        repack_(sampler, model, only_parked)
+        for name, mine in sampler.named_parameters():
+            if mine.shape != theirs[name].shape:  # parked
+                mine.data = theirs[name].detach().to(mine.dtype)
+            elif not only_parked:
+                mine.copy_(theirs[name])
 
 
 def load_policy(

@@ -386,7 +386,7 @@ def test_readme_marks_a_lesson_done_only_by_its_written_rule():
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()
-    assert "Status marks follow one rule" in readme
+    assert "`agentrl_lite.course.docs.lesson_status`" in readme, "the README names the rule its marks follow"
     rows = dict(re.findall(r"^\| (\d\d) \| \[[^]]+\]\([^)]+\) \| (\S+) \|", readme, flags=re.MULTILINE))
     assert len(rows) == len(list((root / "notebooks").glob("*.ipynb"))), "one row per lesson: the table's format changed?"
     assert rows == {lesson: lesson_status(lesson, root / "results") for lesson in rows}, "README.md is stale"

@@ -177,9 +177,15 @@ def test_bf16_is_chosen_only_where_the_hardware_runs_it_natively(monkeypatch):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
         assert models.bf16_is_fast("cpu") is fast
         assert models.use_bf16("auto", "cpu") is fast
-        assert models.fast_sampler_dtype("cpu") == ("bfloat16" if fast else None)
+        assert models.fast_sampler_dtype("cpu") == ("bfloat16" if fast else "fp16_weights")  # x86: fbgemm's fp16
         assert models.use_bf16(True, "cpu") is True and models.use_bf16(False, "cpu") is False  # as given
     monkeypatch.setattr(models.platform, "machine", lambda: "arm64")  # elsewhere oneDNN's report decides
+    assert models.bf16_is_fast("cpu") is True
+    monkeypatch.setenv(models.FORCE_FP32, "1")  # a machine with fast bf16 takes the fp32 path (to measure it)
+    assert models.bf16_is_fast("cpu") is False and models.fast_sampler_dtype("cpu") == "fp16_weights"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert models.bf16_is_fast("cuda") is False
+    monkeypatch.setenv(models.FORCE_FP32, "0")
     assert models.bf16_is_fast("cpu") is True
     with pytest.raises(ValueError, match="auto"):
         models.use_bf16("yes", "cpu")

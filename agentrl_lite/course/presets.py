@@ -10,8 +10,9 @@ choice, written once:
   `logprobs.pass_tokens`), and `GRPOConfig`'s gradient checkpointing (on by default): the pass keeps each
   decoder layer's input only, which helps keep a lesson's kernel under the course's 4 GB
   (`course.budgets.MEMORY_BUDGET_MB`);
-- sampling with a bf16 copy of the policy on a CPU with bf16 instructions (`models.fast_sampler_dtype`),
-  corrected by truncated importance sampling (the trainer's `is_cap`);
+- sampling with a bf16 copy of the policy on a CPU with bf16 instructions, or one with its linear weights packed in
+  fp16 for fbgemm on an x86 CPU without (`models.fast_sampler_dtype`), corrected by truncated importance sampling
+  (the trainer's `is_cap`);
 - `skip_empty_updates`: a batch without reward spread does not step AdamW (lesson 06 shows why);
 - `skip_zero_advantage`: groups without reward spread are left out of the loss pass (the same gradient, less work);
 - sampling at temperature 1, 32 episodes per batch, no nested progress bar.
