@@ -55,3 +55,30 @@ def test_ruff_passes_on_the_library_tests_and_benchmarks() -> None:
     out = subprocess.run([ruff, "check", "agentrl_lite", "tests", "benchmarks", "conftest.py"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+TIMED_CODE = ("agentrl_lite/grpo.py", "agentrl_lite/engine.py", "agentrl_lite/rollout.py", "agentrl_lite/logprobs.py",
+              "agentrl_lite/loss.py")
+"""the trainer, the engine and its rollout loop, the loss pass: what `benchmarks/grpo_step.py` times"""
+
+
+def test_the_grpo_step_benchmark_is_newer_than_the_code_it_times() -> None:
+    """docs/results.md renders our GRPO step against TRL's from results/bench/bench_grpo_step.json: a change to the
+    code it times makes that table stale until the benchmark runs again (its speed once regressed unnoticed)."""
+    import json
+    from datetime import datetime
+
+    repo = Path(__file__).resolve().parent.parent
+    git = shutil.which("git")
+    if git is None or not (repo / ".git").exists():
+        pytest.skip("not a git checkout: no history to compare with")
+    shallow = subprocess.run([git, "rev-parse", "--is-shallow-repository"], cwd=repo, capture_output=True, text=True)
+    if shallow.stdout.strip() != "false":
+        pytest.skip("a shallow clone: the last change to the timed code is not known")
+    log = subprocess.run([git, "log", "-1", "--format=%cI %h", "--", *TIMED_CODE], cwd=repo, capture_output=True,
+                         text=True, check=True)
+    changed, commit = log.stdout.split()
+    measured = json.loads((repo / "results" / "bench" / "bench_grpo_step.json").read_text())["date"]
+    assert datetime.fromisoformat(measured) > datetime.fromisoformat(changed), (
+        f"results/bench/bench_grpo_step.json was measured {measured}, before commit {commit} ({changed}) changed the "
+        "code it times: run `python benchmarks/grpo_step.py --steps 2` on a quiet machine, then `make docs`")
