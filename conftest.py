@@ -98,10 +98,7 @@ def _over_budget(path: str, clock: LessonClock) -> str | None:
     name = Path(path).name
     clock.cells[path] = cells + [("total", seconds, peak)]
     budget = budgets.smoke_budget_s() if NBVAL_PROFILE == "smoke" else budgets.BUDGET_S[NBVAL_PROFILE]
-    allowed, excuse = SLACK * budget, f"no slowdown excuses over {budgets.MAX_SLOWDOWN:.0f}×"
-    if allowed < seconds <= allowed * budgets.MAX_SLOWDOWN:  # beyond, no measured slowdown could excuse the overrun
-        slowdown = budgets.machine_slowdown()
-        allowed, excuse = allowed * slowdown, f"this machine's slowdown {slowdown:.2f}×"
+    allowed, excuse = budgets.allowed_seconds(seconds, budget, SLACK)
     if seconds > allowed:
         slowest = sorted(cells, key=lambda c: -c[1])[:3]
         return (f"{name} took {seconds:.0f} s under nbval; the {NBVAL_PROFILE} budget is {budget:.0f} s "

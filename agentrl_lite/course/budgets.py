@@ -78,3 +78,13 @@ def machine_slowdown(repeats: int = 3) -> float:
         return 1.0
     best = min(reference_workload() for _ in range(repeats))
     return min(MAX_SLOWDOWN, max(1.0, best / record["metrics"]["reference_workload_s"]))
+
+
+def allowed_seconds(seconds: float, budget: float, slack: float) -> tuple[float, str]:
+    """The seconds a notebook that took `seconds` may take against `budget` × `slack`, and why: stretched by
+    `machine_slowdown`, measured only when the overrun is one a slowdown could excuse (at most `MAX_SLOWDOWN`)."""
+    allowed = slack * budget
+    if allowed < seconds <= allowed * MAX_SLOWDOWN:
+        slowdown = machine_slowdown()
+        return allowed * slowdown, f"this machine's slowdown {slowdown:.2f}×"
+    return allowed, f"no slowdown excuses over {MAX_SLOWDOWN:.0f}×" if seconds > allowed else "no slowdown needed"
