@@ -378,6 +378,24 @@ def test_a_bf16_sampler_samples_is_refreshed_after_each_step_and_is_corrected(tm
     assert (by_policy - recorded).abs().max() > (by_sampler - recorded).abs().max()
 
 
+@pytest.mark.parametrize("dtype", ["fp16_weights", "int8"])
+def test_a_packed_sampler_samples_is_refreshed_after_each_step_and_is_corrected(tmp_path, dtype):
+    from agentrl_lite.models import sampling_copy
+    from agentrl_lite.quantize import PackedLinear
+
+    def stored(module):
+        return {n: m.stored_weight() for n, m in module.named_modules() if isinstance(m, PackedLinear)}
+
+    trainer = make_trainer(tmp_path, sampler_dtype=dtype, steps=2)
+    assert any(isinstance(m, PackedLinear) for m in trainer.sampler.modules())
+    row = trainer.train()[-1]
+    fresh = stored(sampling_copy(trainer.model, dtype))
+    for name, mine in stored(trainer.sampler).items():
+        assert torch.equal(mine, fresh[name]), f"the sampler lags behind the policy: {name}"
+    assert row["sampling/sampling_logp_difference/max"] > 0  # the copy is another distribution ...
+    assert 0 < row["sampling/importance_sampling_ratio/max"] <= trainer.config.is_cap  # ... corrected, weights capped
+
+
 def test_the_sampler_holds_no_weights_during_the_loss_passes_and_samples_again_after(tmp_path, monkeypatch):
     """Its weights are rewritten after the update anyway: freed during the loss passes (the step's memory peak),
     written back afterwards, and written back before sampling if an update raised in between."""

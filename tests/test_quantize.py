@@ -1,12 +1,11 @@
 """The packed sampling copies (`agentrl_lite.quantize`: fp16 weights, int8): the arithmetic of one layer, the copy of a whole policy,
-its refresh after an update, and the GRPO trainer sampling with it."""
+its refresh after an update (the GRPO trainer sampling with it: tests/test_grpo.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agentrl_lite.grpo import GRPOConfig, GRPOTrainer
 from agentrl_lite.models import (
     park_sampling_copy,
     refresh_sampling_copy,
@@ -14,8 +13,6 @@ from agentrl_lite.models import (
     tiny_policy,
 )
 from agentrl_lite.quantize import PackedLinear
-from agentrl_lite.rollout import RolloutConfig
-from agentrl_lite.tasks.arithmetic import ArithmeticEnv, arithmetic_tasks
 
 
 def stored_weights(module):
@@ -95,27 +92,3 @@ def test_an_fp16_layer_computes_with_its_weight_in_half_precision():
     assert torch.allclose(layer(x), x @ half.T + linear.bias.detach(), atol=1e-5)
     with pytest.raises(ValueError, match="kind"):
         PackedLinear(linear, "int4")
-
-
-def even_token_share(prompts, completions, episodes, **kwargs):
-    """a reward with spread for a random policy: the share of its sampled tokens that are even"""
-    return [sum(t % 2 == 0 for t, m in zip(ep.token_ids, ep.model_mask, strict=True) if m) / max(1, sum(ep.model_mask))
-            for ep in episodes]
-
-
-@pytest.mark.parametrize("dtype", ["fp16_weights", "int8"])
-def test_the_trainer_samples_with_a_packed_copy_refreshes_it_and_corrects_for_it(tmp_path, dtype):
-    model, tokenizer = tiny_policy(seed=0, init_std=1.0)
-    config = GRPOConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-3, sampler_dtype=dtype, seed=0,
-                        progress=False, output_dir=str(tmp_path),
-                        rollout=RolloutConfig(max_turns=1, max_new_tokens=8, temperature=1.0, progress=False))
-    trainer = GRPOTrainer(model, tokenizer, ArithmeticEnv(tools=[]), arithmetic_tasks(8, seed=0),
-                          [even_token_share], config)
-    assert any(isinstance(m, PackedLinear) for m in trainer.sampler.modules())
-    history = trainer.train()
-    fresh = sampling_copy(trainer.model, dtype)
-    for (name, mine), theirs in zip(stored_weights(trainer.sampler).items(), stored_weights(fresh).values(), strict=True):
-        assert torch.equal(mine, theirs), f"the sampler lags behind the policy: {name}"
-    row = history[-1]
-    assert row["sampling/sampling_logp_difference/max"] > 0  # the copy is another distribution ...
-    assert 0 < row["sampling/importance_sampling_ratio/max"] <= config.is_cap  # ... corrected, with capped weights
