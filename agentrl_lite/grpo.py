@@ -138,8 +138,8 @@ class GRPOConfig:
     GRPOConfig: it lowers a lesson's peak memory (results/bench/bench_checkpointing.json)"""
     sampler_dtype: str | None = None
     """sample with a copy of the policy in this dtype, e.g. "bfloat16" (decoding reads half the weight bytes:
-    about 1.6x faster on a CPU with bf16 instructions) or "int8" (linear weights in int8, `quantize`: a quarter);
-    the copy is refreshed after every optimizer step and the loss corrects for the sampler's slightly different
+    about 1.6x faster on a CPU with bf16 instructions) or "fp16_weights" (linear weights packed in fp16 for fbgemm,
+    `quantize`: for x86 CPUs without fast bf16); the copy is refreshed after every optimizer step and the loss corrects for the sampler's slightly different
     distribution (is_cap). "auto": `models.fast_sampler_dtype`. None, or the policy's own dtype: the policy
     samples"""
     is_cap: float | None = 2.0

@@ -6,10 +6,10 @@ slower than fp32, and PyTorch's fbgemm kernels are the way to fewer bytes on an 
 
 - "fp16": each weight stored in half precision, packed for fbgemm, multiplied with fp32 activations
   (`torch.ops.quantized.linear_dynamic_fp16`). Half the bytes, and fp16 keeps 11 significant bits (bf16: 8): the
-  copy's log-probs stay as close to the policy's as a bf16 copy's do. The sampler "auto" picks where bf16 is slow.
+  copy's log-probs stay closer to the policy's than a bf16 copy's. The sampler "auto" picks it where bf16 is slow.
 - "int8": each weight row as integers in [-127, 127] times one scale, and the activations quantised too, per call
   and per tensor (`torch.ops.quantized.linear_dynamic`). A quarter of the bytes and the fastest, but rounding the
-  activations moves the log-probs far from the policy's (`benchmarks/grpo_step.py` records the gap and the
+  activations moves the log-probs far from the policy's (`benchmarks/sampler_copies.py` records the gap and the
   importance weights): too coarse to sample for RL with a model this small; there for comparison.
 
 The GRPO trainer corrects for either copy as it does for bf16 (truncated importance sampling,

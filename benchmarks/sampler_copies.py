@@ -82,9 +82,9 @@ def main() -> None:
                     "tokens_compared": delta.numel()})
         metrics[name] = row
         print(f"{name}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()), flush=True)
+    forced = f"{FORCE_FP32}={os.environ[FORCE_FP32]} " if FORCE_FP32 in os.environ else ""
     write_results("bench_sampler_copies", metrics, profile="cpu", model="SmolLM2-135M-Instruct (embedded)", seed=0,
-                  command=" ".join(f"{k}={os.environ[k]}" for k in (FORCE_FP32,) if k in os.environ)
-                  + (" " if FORCE_FP32 in os.environ else "") + "python " + " ".join(shlex.quote(x) for x in sys.argv))
+                  command=forced + "python " + " ".join(shlex.quote(x) for x in sys.argv))
 
 
 if __name__ == "__main__":
