@@ -21,6 +21,9 @@ from agentrl_lite.course.exercises import (
     make_exercise,
     notebook_text,
     strip_outputs,
+    with_wrong_decisions,
+    wrong_decision_outcomes,
+    wrong_decisions,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,6 +93,17 @@ def test_make_exercise_strips_outputs_and_marks_itself_generated() -> None:
     assert exercise.cells[1].source == "# Title"
 
 
+def test_make_exercise_replaces_a_model_answer_by_a_prompt() -> None:
+    solution = _notebook(METHOD_SOURCE)
+    answer = new_markdown_cell("**Model answer.** The mean, because the group shares one prompt.")
+    answer.metadata["tags"] = ["model-answer"]
+    solution.cells.append(answer)
+    exercise = make_exercise(solution)
+    assert "Model answer" not in notebook_text(exercise) and "group shares one prompt" not in notebook_text(exercise)
+    assert exercise.cells[-1].source.startswith("**Your answer.**")
+    assert exercise.cells[-1].metadata["tags"] == ["model-answer"]
+
+
 def test_fixture_exercise_is_valid_python() -> None:
     exercise = make_exercise(FIXTURES / "solutions" / "00_tiny.ipynb")
     for cell in exercise.cells:
@@ -115,6 +129,66 @@ def test_make_exercise_rejects_unbalanced_regions_naming_file_and_cell(
     with pytest.raises(ValueError, match=problem) as info:
         make_exercise(path)
     assert "07_bad.ipynb" in str(info.value) and "cell 3" in str(info.value)
+
+
+DECISION_SOURCE = '''def choose(found):
+    """The weight to train with."""
+    # BEGIN SOLUTION: the weight with a gain and no loss
+    return next(w for w, v in found.items() if v == "gain")
+    # BEGIN WRONG: the largest weight
+    # best = max(found)
+    #
+    # return best
+    # END WRONG
+    # BEGIN WRONG: always the first
+    # return 1.0
+    # END WRONG
+    # END SOLUTION'''
+CHECK_SOURCE = '''def test_choice():
+    assert choose({1.0: "gain", 4.0: "loss"}) == 1.0
+
+check("choice", test_choice)'''
+
+
+def test_wrong_decisions_replay_the_cells_up_to_the_check_with_the_region_replaced() -> None:
+    solution = _notebook("x = 0", DECISION_SOURCE, "found = {}", CHECK_SOURCE)
+    found = wrong_decisions(solution, "solutions/99_demo.ipynb")
+    assert [(w.why, w.decision_cell, w.check_cell) for w in found] == [
+        ("the largest weight", 3, 5), ("always the first", 3, 5)]
+    largest = found[0].sources
+    assert largest[1:] == ("found = {}", CHECK_SOURCE), "the cells after the decision replay unchanged"
+    assert "    best = max(found)\n\n    return best\n    # END SOLUTION" in largest[0]
+    assert "return next(" not in largest[0] and "return 1.0" not in largest[0], "only that wrong decision is code"
+    assert largest[0].startswith('def choose(found):\n    """The weight to train with."""\n    # BEGIN SOLUTION')
+    ast.parse(largest[0])
+    exercise = notebook_text(make_exercise(solution))
+    assert "WRONG" not in exercise and "max(found)" not in exercise, "the exercise must not show the wrong decisions"
+    replayed, listed = with_wrong_decisions(solution)
+    assert listed == found and replayed.cells[: len(solution.cells)] == solution.cells
+    extra = replayed.cells[len(solution.cells):]
+    assert [c.metadata["wrong-decision"] for c in extra] == ["the largest weight"] * 3 + ["always the first"] * 3
+    extra[2].outputs = [new_output("stream", name="stdout", text="FAIL: choice — assertion failed\n"),
+                        new_output("error", ename="AssertionError", evalue="choice", traceback=[])]
+    extra[5].outputs = [new_output("stream", name="stdout", text="PASS: choice\n")]
+    assert wrong_decision_outcomes(replayed) == {"the largest weight": (False, "AssertionError"),
+                                                 "always the first": (True, None)}
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("# BEGIN WRONG: outside\n# a = 1\n# END WRONG\ncheck('c', f)", "outside a solution region"),
+        ("# BEGIN SOLUTION\na = 1\n# BEGIN WRONG: open\n# a = 2\n# END SOLUTION\ncheck('c', f)", "never closed"),
+        ("# BEGIN SOLUTION\na = 1\n# BEGIN WRONG: bare\na = 2\n# END WRONG\n# END SOLUTION\ncheck('c', f)",
+         "commented out"),
+        ("# BEGIN SOLUTION\na = 1\n# BEGIN WRONG: empty\n#\n# END WRONG\n# END SOLUTION\ncheck('c', f)", "no code"),
+        ("# BEGIN SOLUTION\na = 1\n# BEGIN WRONG: unchecked\n# a = 2\n# END WRONG\n# END SOLUTION", "no check cell"),
+    ],
+)
+def test_wrong_decisions_reject_malformed_blocks_naming_the_cell(source: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem) as info:
+        wrong_decisions(_notebook("a = 0", source), "solutions/07_bad.ipynb")
+    assert "07_bad.ipynb: cell 3" in str(info.value)
 
 
 def test_build_exercises_writes_then_reports_exactly_what_is_stale(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ Every notebook under notebooks/, solutions/ and exercises/ runs once in the smok
 - solutions run without an error; exercises fail only with NotImplementedError (the stubs);
 - the exercise contract, per (solution, exercise) pair: every check PASSes in the solution, FAILs in the
   exercise, and both run the same checks;
+- every solution holds a decision lab: after its own cells the solution replays each wrong decision it records
+  (`exercises.with_wrong_decisions`, in the same kernel), and that lab's check must FAIL on each;
 - every notebook is stored clean (no outputs, null execution counts) with a `parameters` cell first.
 
 Each notebook runs once per session (cached); runtimes are printed in the terminal summary.
@@ -26,12 +28,15 @@ from nbformat.v4 import new_code_cell, new_notebook
 from agentrl_lite.course.budgets import CELL_TIMEOUT_S, MEMORY_BUDGET_MB, allowed_seconds, smoke_budget_s
 from agentrl_lite.course.cli import main
 from agentrl_lite.course.exercises import (
+    WRONG_TAG,
     cell_stdout,
     check_outcomes,
     is_check_cell,
     make_exercise,
     notebook_text,
     strip_outputs,
+    with_wrong_decisions,
+    wrong_decision_outcomes,
 )
 from agentrl_lite.course.runner import NotebookRun, execute_notebook
 
@@ -53,19 +58,38 @@ class Executions:
 
     def __init__(self, out_dir: Path, runtimes: list[tuple[str, float, str]]) -> None:
         self.out_dir, self.runtimes, self.runs = out_dir, runtimes, {}
+        self.wrong: dict[str, dict[str, tuple[bool | None, str | None]]] = {}
+        """solution → why → (outcome, error) of each wrong decision it replayed (`wrong_decision_outcomes`)"""
 
     def __call__(self, relpath: str) -> NotebookRun:
         if relpath not in self.runs:
             path = REPO / relpath
             if not path.exists():
                 pytest.fail(f"{relpath} does not exist: run `agentrl-lite exercises`")
+            replays = []
+            if path.parent.name == "solutions":  # the solution, then its wrong decisions replayed in the same kernel
+                nb, replays = with_wrong_decisions(nbformat.read(path, as_version=4), relpath)
+                if replays:
+                    path = self.out_dir / "with_wrong_decisions" / relpath
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    nbformat.write(nb, path)
             run = execute_notebook(
                 path,
                 self.out_dir / relpath,
                 profile="smoke",
                 timeout_per_cell=CELL_TIMEOUT_S["smoke"],
-                allow_errors=path.parent.name == "exercises",  # run every cell: every check must fail
+                # exercises: run every cell, every check must fail; solutions: the replays of wrong decisions fail
+                allow_errors=path.parent.name == "exercises" or bool(replays),
             )
+            if replays:  # the run as the solution alone would read, and the replays' outcomes apart
+                self.wrong[relpath] = wrong_decision_outcomes(run.notebook)
+                kept = [c for c in run.notebook.cells if WRONG_TAG not in c.get("metadata", {}).get("tags", [])]
+                n_stored = len(nbformat.read(REPO / relpath, as_version=4).cells)
+                run.errors = [e for e in run.errors if e.cell_index < n_stored]
+                run.notebook.cells = kept
+                run.path = REPO / relpath
+                if run.errors:  # the solution itself failed: as without replays, the first error counts
+                    run.errors = run.errors[:1]
             self.runs[relpath] = run
             stubs_only = run.errors and all(e.ename == "NotImplementedError" for e in run.errors)
             status = "stubs raise NotImplementedError" if stubs_only else run.status
@@ -310,6 +334,21 @@ def test_checks_pass_on_the_solution_and_fail_on_the_exercise(name: str, execute
     assert set(check_errors.values()) == {"NotImplementedError"}, (
         f"exercise check cells must error on the stub: {_errors(exercise)}"
     )
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", PAIRS)
+def test_the_decision_lab_fails_on_each_wrong_decision(name: str, executed: Executions) -> None:
+    """Acceptance of a decision lab: its check refuses a plausible wrong decision, not only the stub."""
+    run = executed(f"solutions/{name}")
+    assert run.status == "ok", _errors(run)
+    outcomes = executed.wrong.get(f"solutions/{name}", {})
+    assert outcomes, (f"solutions/{name} records no wrong decision: its decision lab needs a '# BEGIN WRONG: <why>' "
+                      "block inside a solution region (see agentrl_lite.course.exercises)")
+    refused = {why: (outcome, error) for why, (outcome, error) in outcomes.items()
+               if not (outcome is False and error == "AssertionError")}
+    assert not refused, (
+        f"the lab's check did not FAIL on these wrong decisions (outcome, error): {refused} ({run.out_path})")
 
 
 @pytest.mark.notebooks

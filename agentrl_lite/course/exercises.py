@@ -9,7 +9,8 @@ One source of truth. A solution notebook marks each answer with two comment line
         # END SOLUTION
 
 `make_exercise` replaces the region by `raise NotImplementedError("Exercise: <hint>")` at the same
-indentation (hint after `BEGIN SOLUTION:`, default "your code here") and strips all outputs;
+indentation (hint after `BEGIN SOLUTION:`, default "your code here"), replaces each markdown cell tagged
+`model-answer` (the solution's answer to a written question) by a prompt to write one, and strips all outputs;
 `build_exercises` writes `exercises/NN_name.ipynb` for every `solutions/NN_name.ipynb`, byte for byte the
 same on every run, so `agentrl-lite exercises --check` can tell exactly when an exercise is stale.
 Put regions inside function bodies: the exercise notebook then still defines every name, and only the
@@ -25,6 +26,21 @@ A check cell follows each task:
 
 It prints `PASS: group advantages` when the asserts hold, else `FAIL: group advantages — <reason>` and
 raises, so the cell shows as an error (NotImplementedError while the stub is still there).
+
+A decision lab asks the learner to choose (a reward, a weight, a budget) and its check measures the outcome. The
+solution records, inside its region, the plausible wrong choices the check must refuse, commented out:
+
+    def choose_omega(found):
+        # BEGIN SOLUTION: a weight whose verdicts hold a gain and no loss
+        return next((omega for omega, v in found.items() if ...), 0.0)
+        # BEGIN WRONG: the largest weight tried
+        # return max(found)
+        # END WRONG
+        # END SOLUTION
+
+The exercise drops them with the region. `with_wrong_decisions` appends to a solution a replay of each: the cells
+from the decision to its check, with the region holding the wrong code instead; the tests run it and require that
+check to FAIL, so CI proves the check tells the right decision from a wrong one, not only from the stub.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ import json
 import re
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +65,13 @@ STUB_MARK = 'raise NotImplementedError("Exercise: '
 CHECK_CALL_RE = re.compile(r"\bcheck\(")
 """A cell whose source calls `check(` is a check cell."""
 CHECK_LINE_RE = re.compile(r"^(?:PASS: (?P<passed>.+?)|FAIL: (?P<failed>.+?) — .*)$", re.MULTILINE)
+WRONG_BEGIN_RE = re.compile(r"^(?P<indent>[ \t]*)# BEGIN WRONG:[ \t]*(?P<why>\S.*?)[ \t]*$")
+WRONG_END_RE = re.compile(r"^[ \t]*# END WRONG[ \t]*$")
+MODEL_ANSWER_TAG = "model-answer"
+"""Tag of a solution's markdown cell answering a written question; the exercise holds `ANSWER_PROMPT` instead."""
+ANSWER_PROMPT = "**Your answer.** *(Double-click to write it here; the solution notebook holds a model answer.)*"
+WRONG_TAG = "wrong-decision"
+"""Tag of the cells `with_wrong_decisions` appends (the replays of wrong decisions)."""
 GENERATED_KEY = "agentrl_lite"
 """Notebook metadata key under which an exercise records the solution it was generated from."""
 
@@ -148,6 +172,8 @@ def make_exercise(
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             cell.source = _stub_source(cell.source, f"{source}: cell {i}")
+        elif MODEL_ANSWER_TAG in cell.metadata.get("tags", []):  # the learner writes their own
+            cell.source = ANSWER_PROMPT
     notice = nbformat.v4.new_markdown_cell(
         f"> **Exercise notebook.** Generated from `{source}` by `agentrl-lite exercises`; "
         "edit the solution, not this file.\n"
@@ -193,6 +219,118 @@ def build_exercises(
             if not check:
                 orphan.unlink()
     return touched
+
+
+# --- decision labs: the wrong decisions a check must refuse ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WrongDecision:
+    """A plausible wrong answer to a decision lab, recorded in the solution, and the cells that replay it."""
+
+    why: str
+    """what the wrong decision is, from its `# BEGIN WRONG: <why>` line"""
+    decision_cell: int
+    """the code cell holding the solution region it replaces"""
+    check_cell: int
+    """the first check cell at or after `decision_cell`: the check that must FAIL"""
+    sources: tuple[str, ...]
+    """the code cells from `decision_cell` to `check_cell`, the region holding the wrong code instead"""
+
+
+def _uncomment(line: str, indent: str, where: str) -> str:
+    if not line.startswith(indent + "#"):
+        raise ValueError(f"{where}: every line of a wrong decision must be commented out at its indent: {line!r}")
+    rest = line[len(indent) + 1:]
+    return indent + (rest[1:] if rest.startswith(" ") else rest) if rest.strip() else ""
+
+
+def _wrong_variants(source: str, where: str) -> list[tuple[str, str]]:
+    """(why, source with that wrong decision in place of its solution region) for each WRONG block of a cell."""
+    lines = source.split("\n")
+    regions: list[tuple[int, int]] = []  # (begin line, end line) of each solution region, 0-based
+    blocks: list[tuple[int, int, str, str, int]] = []  # (begin, end, why, indent, region index)
+    open_region: int | None = None
+    open_block: tuple[int, str, str] | None = None
+    for n, line in enumerate(lines):
+        if BEGIN_RE.match(line):
+            open_region = n
+        elif END_RE.match(line) and open_region is not None:
+            if open_block is not None:
+                raise ValueError(f"{where}, line {open_block[0] + 1}: '# BEGIN WRONG' is never closed by '# END WRONG'")
+            regions.append((open_region, n))
+            open_region = None
+        elif m := WRONG_BEGIN_RE.match(line):
+            if open_region is None:
+                raise ValueError(f"{where}, line {n + 1}: a wrong decision outside a solution region would show "
+                                 "in the exercise; put it inside '# BEGIN SOLUTION' ... '# END SOLUTION'")
+            if open_block is not None:
+                raise ValueError(f"{where}, line {n + 1}: '# BEGIN WRONG' inside another; close it first")
+            open_block = (n, m.group("why"), m.group("indent"))
+        elif WRONG_END_RE.match(line):
+            if open_block is None:
+                raise ValueError(f"{where}, line {n + 1}: '# END WRONG' without a '# BEGIN WRONG' above it")
+            blocks.append((open_block[0], n, open_block[1], open_block[2], len(regions)))
+            open_block = None
+    variants = []
+    for begin, end, why, indent, region in blocks:
+        first, last = regions[region]
+        wrong = [_uncomment(line, indent, f"{where}, line {begin + 2 + k}") for k, line in enumerate(lines[begin + 1:end])]
+        if not any(line.strip() for line in wrong):
+            raise ValueError(f"{where}, line {begin + 1}: the wrong decision '{why}' holds no code")
+        variants.append((why, "\n".join(lines[: first + 1] + wrong + lines[last:])))
+    return variants
+
+
+def wrong_decisions(nb: nbformat.NotebookNode, source: str = "a solution notebook") -> list[WrongDecision]:
+    """Every wrong decision a solution notebook records, with the cells that replay it up to its check.
+
+    Raises ValueError when a WRONG block is unbalanced, outside a solution region, not commented out, or has no
+    check cell at or after it."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for why, variant in _wrong_variants(cell.source, f"{source}: cell {i}"):
+            check_cell = next((j for j in range(i, len(nb.cells)) if is_check_cell(nb.cells[j])), None)
+            if check_cell is None:
+                raise ValueError(f"{source}: cell {i}: no check cell after the wrong decision '{why}'")
+            sources = [variant] + [c.source for c in nb.cells[i + 1: check_cell + 1] if c.cell_type == "code"]
+            found.append(WrongDecision(why, i, check_cell, tuple(sources)))
+    return found
+
+
+def with_wrong_decisions(
+    nb: nbformat.NotebookNode, source: str = "a solution notebook"
+) -> tuple[nbformat.NotebookNode, list[WrongDecision]]:
+    """A copy of a solution notebook that, after its own cells, replays each wrong decision it records (cells
+    tagged `WRONG_TAG`; the last of each replay is the check that must FAIL). Run it with errors allowed."""
+    import nbformat
+
+    out = copy.deepcopy(nb)
+    found = wrong_decisions(nb, source)
+    for k, wrong in enumerate(found):
+        for n, text in enumerate(wrong.sources):
+            cell = nbformat.v4.new_code_cell(text, metadata={"tags": [WRONG_TAG], WRONG_TAG: wrong.why})
+            cell.id = f"wrong-{k}-{n}"
+            out.cells.append(cell)
+    return out, found
+
+
+def wrong_decision_outcomes(executed: nbformat.NotebookNode) -> dict[str, tuple[bool | None, str | None]]:
+    """For an executed `with_wrong_decisions` notebook: why → (its check's outcome: True PASS, False FAIL, None
+    when no check line was printed; the name of the error the replay's last cell raised, or None)."""
+    replays: dict[str, list[nbformat.NotebookNode]] = {}
+    for cell in executed.cells:
+        if WRONG_TAG in cell.get("metadata", {}).get("tags", []):
+            replays.setdefault(cell.metadata[WRONG_TAG], []).append(cell)
+    outcomes = {}
+    for why, cells in replays.items():
+        last = cells[-1]
+        checks = [m.group("passed") is not None for m in CHECK_LINE_RE.finditer(cell_stdout(last))]
+        errors = [out.ename for out in last.get("outputs", []) if out.output_type == "error"]
+        outcomes[why] = (checks[0] if checks else None, errors[0] if errors else None)
+    return outcomes
 
 
 def strip_outputs(path: str | Path, dry_run: bool = False) -> bool:
