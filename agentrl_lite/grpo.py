@@ -49,7 +49,7 @@ from agentrl_lite.choices import CREDITS, REPORT_TO, SCALE_REWARDS, check_choice
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
 from agentrl_lite.logprobs import micro_batches, shared_with_previous, token_logprobs
-from agentrl_lite.loss import LossConfig, policy_loss, truncated_importance_weights
+from agentrl_lite.loss import IS_MODES, LossConfig, importance_weights, policy_loss
 from agentrl_lite.models import (
     BF16_CHOICES,
     adamw,
@@ -145,7 +145,11 @@ class GRPOConfig:
     is_cap: float | None = 2.0
     """truncated importance sampling: each policy token's gradient term is weighted by min(π_old / π_sampler,
     is_cap), π_old being the trainer's own log-prob before the update (loss.truncated_importance_weights).
-    It also absorbs the small mismatch of a bf16 loss pass. None: no correction"""
+    It also absorbs the small mismatch of a bf16 loss pass. None: no correction (the sampler's log-prob gap is
+    still logged)"""
+    is_mode: str = "truncate"
+    """how tokens the sampler over-drew are corrected: "truncate" caps their weight at is_cap (TIS); "mask" sets
+    it to 0 above is_cap (MIS, `loss.masked_importance_weights`)"""
     seed: int = 0
     """seeds task order and sampling"""
     stratify_by: str | None = None
@@ -168,6 +172,7 @@ class GRPOConfig:
         check_choice("credit", self.credit, CREDITS)
         check_choice("report_to", self.report_to, REPORT_TO)
         check_choice("bf16_loss", self.bf16_loss, BF16_CHOICES)
+        check_choice("is_mode", self.is_mode, IS_MODES)
 
 
 class GRPOTrainer:
@@ -433,11 +438,13 @@ class GRPOTrainer:
                     ref = self.reference_logprobs(ids, attention, mask) if c.loss.beta > 0 else None
                 if iteration == 0:  # π_old: the trainer's own log-probs before this update (exact: no step yet)
                     old, weights = logprobs.detach(), None
-                    if c.is_cap is not None:  # only sampled tokens have a sampler log-prob; elsewhere weight 1
-                        sampled = torch.tensor(batch([episodes[i].logprobs for i in idx], 0.0), device=device)
-                        drawn = torch.tensor(batch([episodes[i].model_mask for i in idx], 0), device=device) * mask
-                        weights = truncated_importance_weights(old, sampled, drawn, c.is_cap)
-                        gaps.append(((old - sampled).abs()[drawn.bool()], weights[drawn.bool()]))
+                    # only sampled tokens have a sampler log-prob; elsewhere weight 1
+                    sampled = torch.tensor(batch([episodes[i].logprobs for i in idx], 0.0), device=device)
+                    drawn = torch.tensor(batch([episodes[i].model_mask for i in idx], 0), device=device) * mask
+                    if c.is_cap is not None:
+                        weights = importance_weights(old, sampled, drawn, c.is_cap, c.is_mode)
+                    logged = weights if weights is not None else torch.exp((old - sampled) * drawn)  # uncorrected
+                    gaps.append(((old - sampled).abs()[drawn.bool()], logged[drawn.bool()]))
                     first[lo] = (old, weights)
                 old, weights = first[lo]
                 adv = advantages[idx].to(device)
@@ -556,7 +563,8 @@ def _sampling_metrics(gaps: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str
             "sampling/sampling_logp_difference/max": delta.max().item(),
             "sampling/importance_sampling_ratio/min": weights.min().item(),
             "sampling/importance_sampling_ratio/mean": weights.mean().item(),
-            "sampling/importance_sampling_ratio/max": weights.max().item()}
+            "sampling/importance_sampling_ratio/max": weights.max().item(),
+            "sampling/masked_fraction": (weights == 0).float().mean().item()}  # tokens MIS dropped (is_mode "mask")
 
 
 def _make_tracker(config: GRPOConfig) -> Callable[[dict[str, float]], None]:

@@ -105,6 +105,35 @@ def truncated_importance_weights(old_logprobs: Tensor, sampler_logprobs: Tensor,
     return torch.exp(log_weight).clamp(max=cap)
 
 
+def masked_importance_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, cap: float) -> Tensor:
+    """Per-token weights π_old / π_sampler where that ratio is at most `cap`, and 0 where it is above.
+
+    Masked importance sampling (MIS): instead of capping a token the sampler under-rated, drop it from the
+    gradient. Truncation keeps the token's push at weight `cap` although the sampler, not the policy, chose it;
+    masking removes the token a very different sampler would have had to invent (TRL's
+    vllm_importance_sampling_mode="token_mask" with clip_max=`cap`). Arguments and shapes as
+    `truncated_importance_weights`; returns weights in [0, cap], 1 outside `mask`."""
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    ratio = torch.exp((old_logprobs.detach() - sampler_logprobs) * mask)
+    return ratio.masked_fill(ratio > cap, 0.0)
+
+
+IS_MODES = ("truncate", "mask")
+"""how `GRPOConfig.is_mode` corrects a sampler's mismatch: `truncated_importance_weights` or
+`masked_importance_weights`"""
+
+
+def importance_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, cap: float,
+                       mode: str = "truncate") -> Tensor:
+    """The per-token weights of one correction mode of `IS_MODES` (see each function)."""
+    if mode == "truncate":
+        return truncated_importance_weights(old_logprobs, sampler_logprobs, mask, cap)
+    if mode == "mask":
+        return masked_importance_weights(old_logprobs, sampler_logprobs, mask, cap)
+    raise ValueError(f"mode must be one of {IS_MODES}, got {mode!r}")
+
+
 # ------------------------------------------------------------------------------------------- the loss
 @dataclass
 class LossConfig:

@@ -346,6 +346,22 @@ def test_truncated_importance_weights_are_the_capped_ratio_on_policy_tokens_only
         truncated_importance_weights(old, sampled, mask, cap=0.0)
 
 
+def test_masked_importance_weights_drop_the_tokens_above_the_cap_and_keep_the_rest():
+    from agentrl_lite.loss import importance_weights, masked_importance_weights
+
+    old = torch.log(torch.tensor([[0.5, 0.9, 0.1, 0.3]]))
+    sampled = torch.log(torch.tensor([[0.5, 0.3, 0.4, 0.05]]))  # ratios 1, 3, 1/4, 6
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last token is not a policy token: weight 1
+    w = masked_importance_weights(old, sampled, mask, cap=2.0)
+    assert torch.allclose(w, torch.tensor([[1.0, 0.0, 0.25, 1.0]]), atol=1e-6), w
+    assert torch.equal(importance_weights(old, sampled, mask, 2.0, "mask"), w)
+    assert torch.allclose(importance_weights(old, sampled, mask, 2.0, "truncate"), torch.tensor([[1.0, 2.0, 0.25, 1.0]]))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        importance_weights(old, sampled, mask, 2.0, "clip")
+    with pytest.raises(ValueError, match="cap must be > 0"):
+        masked_importance_weights(old, sampled, mask, cap=-1.0)
+
+
 def test_importance_weights_make_a_mismatched_samplers_gradient_the_on_policy_one():
     """Tokens drawn from q ≠ π: the weighted surrogate's gradient estimates E_π[A ∇log π]; unweighted it does not."""
     from agentrl_lite.loss import LossConfig, policy_loss, truncated_importance_weights

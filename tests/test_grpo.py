@@ -477,6 +477,24 @@ def test_the_loss_sees_importance_weights_only_with_a_cap(tmp_path, monkeypatch)
     assert seen and all(w is None for w in seen)
 
 
+def test_masked_importance_sampling_zeroes_the_over_drawn_tokens_of_an_int8_sampler(tmp_path, monkeypatch):
+    """is_mode="mask" (MIS): an int8 sampler over-draws some tokens by more than the cap; they get weight 0."""
+    seen = []
+    real = grpo.policy_loss
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["sampling_weights"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grpo, "policy_loss", spy)
+    row = make_trainer(tmp_path, sampler_dtype="int8", is_mode="mask", is_cap=1.5, steps=1).step()
+    weights = torch.cat([w.flatten() for w in seen])
+    assert (weights == 0).any() and weights.max() <= 1.5, "tokens above the cap are dropped, the others kept"
+    assert row["sampling/masked_fraction"] > 0
+    with pytest.raises(ValueError, match="is_mode"):
+        GRPOConfig(is_mode="clip")
+
+
 @pytest.mark.parametrize("on_tools", [False, True])
 def test_tool_reply_tokens_get_gradient_only_with_loss_on_tool_tokens(tmp_path, monkeypatch, on_tools):
     """Search-R1's retrieved-token masking: by default no gradient reaches what the tool inserted."""
