@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from agentrl_lite import sandbox
-from agentrl_lite.tasks.kernels import stages, task_by_name
-from agentrl_lite.tasks.kernels.catalog import SHAPES
+from agentrl_lite.tasks.kernels import TASKS, stages, task_by_name
+from agentrl_lite.tasks.kernels.catalog import SHAPES, KernelTask
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu_c backend needs gcc")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -285,3 +285,54 @@ def test_a_cache_keyed_by_the_last_calls_buffers_is_caught_in_every_timing(tmp_p
     for _ in range(3):
         timed = stages.time_candidate(RELU, library, "smoke", warmup=1, repeats=2)
         assert isinstance(timed, str) and "wrong output" in timed, timed
+
+
+# --- 6. precision: a result rounded to float16 is wrong, a sum in another order is not ------------------------
+REORDERED_LOOPS = {"for (int c = 0; c < cols; c++)": "for (int c = cols - 1; c >= 0; c--)",
+                   "for (int t = 0; t < k; t++)": "for (int t = k - 1; t >= 0; t--)"}
+CLOSEST = ("row_sum", "matmul_bias_relu", "clamp_range_0p25")
+"""the tasks with the least room between their correct kernels and the float16-rounded result: the row sum (the
+finding), the matmul (no tolerance is 2x from both) and the elementwise task with the smallest outputs"""
+
+
+def reordered(task: KernelTask) -> str:
+    """A correct kernel that rounds otherwise than the naive one: every loop over a sum runs backwards; a task
+    without a sum does its arithmetic in double (exp for expf, tanh for tanhf)."""
+    body = task.naive_c
+    for forwards, backwards in REORDERED_LOOPS.items():
+        body = body.replace(forwards, backwards)
+    if body == task.naive_c:
+        for name, _ in task.inputs:
+            body = body.replace(f"{name}[i]", f"(double){name}[i]")
+        body = body.replace("float v = ", "double v = (double)")
+        for function in ("expf", "tanhf", "fabsf"):
+            body = body.replace(f"{function}(", f"{function[:-1]}(")
+    return f"#include <math.h>\n\n{task.signature} {{\n{body}\n}}\n"
+
+
+def rounded_to_float16(task: KernelTask) -> str:
+    """The naive kernel, then every output rounded to nearest with 10 of float32's 23 mantissa bits (float16's
+    precision) by integer operations on its bits: a silent dtype downgrade no static check can see."""
+    if task.name.startswith("row_"):  # a row reduction: one value per row
+        count = "rows"
+    else:
+        count = "m * p" if "m" in task.sizes else " * ".join(task.sizes)
+    return (f"#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n{task.signature} {{\n{task.naive_c}\n"
+            f"    for (long j = 0; j < (long)({count}); j++) {{\n        uint32_t u;\n"
+            "        memcpy(&u, &out[j], sizeof u);\n        u = (u + 0x1000u) & ~0x1fffu;\n"
+            "        memcpy(&out[j], &u, sizeof u);\n    }\n}\n")
+
+
+@pytest.mark.parametrize("task", [pytest.param(t, marks=() if t.name in CLOSEST else pytest.mark.slow) for t in TASKS],
+                         ids=lambda t: t.name)
+def test_the_tolerance_pays_reordered_sums_and_refuses_a_float16_result(task):
+    """Every stage (static and link checks included) on three kernels at the smoke shapes: the naive one and a
+    reordered one are paid, the naive one with its output rounded to float16's precision is not."""
+    for name, source in (("naive", task.naive_source()), ("reordered", reordered(task)),
+                         ("float16-rounded", rounded_to_float16(task))):
+        verdict = stages.verify(task, f"```c\n{source}```", shape="smoke", timing=False)
+        if name == "float16-rounded":
+            assert verdict.stage == "correctness" and not verdict.correct, (
+                f"{task.name}: the float16-rounded result is paid at tolerance {task.tolerance:g}")
+        else:
+            assert verdict.correct, f"{task.name}: the {name} kernel is refused: {verdict.message}"
