@@ -59,7 +59,10 @@ LESSONS: dict[str, Reproducible] = {
     "04": Reproducible(
         notebook="04_grpo_on_an_llm.ipynb", results="04_grpo_on_an_llm", items="heldout",
         comparisons=(("GRPO (dapo)", "start"), ("TRL GRPO (dapo)", "start"), ("GRPO (dapo)", "TRL GRPO (dapo)"),
-                     ("GRPO (grpo)", "GRPO (dapo)"), ("GRPO (dr_grpo)", "GRPO (dapo)")),
+                     ("GRPO (grpo)", "GRPO (dapo)"), ("GRPO (dr_grpo)", "GRPO (dapo)"),
+                     # section 7: an int8 sampler, uncorrected against the policy sampling, and each correction
+                     ("GRPO (int8, uncorrected)", "GRPO (dapo)"), ("GRPO (int8, TIS)", "GRPO (int8, uncorrected)"),
+                     ("GRPO (int8, MIS)", "GRPO (int8, uncorrected)")),
         scalars=("notebook_seconds", "heldout.start.truncated", "heldout.GRPO (dapo).truncated",
                  "heldout.start.accuracy_when_finished", "heldout.GRPO (dapo).accuracy_when_finished",
                  "heldout.start.mean_length", "heldout.GRPO (dapo).mean_length"),
