@@ -66,9 +66,11 @@ class Executions:
             path = REPO / relpath
             if not path.exists():
                 pytest.fail(f"{relpath} does not exist: run `agentrl-lite exercises`")
-            replays = []
+            replays, n_stored = [], 0
             if path.parent.name == "solutions":  # the solution, then its wrong decisions replayed in the same kernel
-                nb, replays = with_wrong_decisions(nbformat.read(path, as_version=4), relpath)
+                solution = nbformat.read(path, as_version=4)
+                n_stored = len(solution.cells)
+                nb, replays = with_wrong_decisions(solution, relpath)
                 if replays:
                     path = self.out_dir / "with_wrong_decisions" / relpath
                     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,6 @@ class Executions:
             if replays:  # the run as the solution alone would read, and the replays' outcomes apart
                 self.wrong[relpath] = wrong_decision_outcomes(run.notebook)
                 kept = [c for c in run.notebook.cells if WRONG_TAG not in c.get("metadata", {}).get("tags", [])]
-                n_stored = len(nbformat.read(REPO / relpath, as_version=4).cells)
                 run.errors = [e for e in run.errors if e.cell_index < n_stored]
                 run.notebook.cells = kept
                 run.path = REPO / relpath

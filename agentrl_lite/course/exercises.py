@@ -79,34 +79,38 @@ GENERATED_KEY = "agentrl_lite"
 # --- exercises from solutions ----------------------------------------------------------------------------
 
 
-def _stub_source(source: str, where: str) -> str:
-    """Replace every solution region in one cell's source by a NotImplementedError stub."""
-    out: list[str] = []
-    open_at: int | None = None
-    for lineno, line in enumerate(source.split("\n"), start=1):
+def _regions(lines: list[str], where: str) -> list[tuple[int, int, re.Match]]:
+    """(first line, last line, the BEGIN line's match) of every solution region of a cell's lines, 0-based; a
+    ValueError naming the line when regions nest or are unbalanced."""
+    regions, open_at = [], None
+    for n, line in enumerate(lines):
         begin, end = BEGIN_RE.match(line), END_RE.match(line)
         if begin:
             if open_at is not None:
                 raise ValueError(
-                    f"{where}, line {lineno}: '# BEGIN SOLUTION' inside the region opened at line {open_at}; "
+                    f"{where}, line {n + 1}: '# BEGIN SOLUTION' inside the region opened at line {open_at[0] + 1}; "
                     "close it with '# END SOLUTION' first (regions do not nest)"
                 )
-            open_at = lineno
-            hint = begin.group("hint") or DEFAULT_HINT
-            out.append(
-                f"{begin.group('indent')}raise NotImplementedError({json.dumps('Exercise: ' + hint, ensure_ascii=False)})"
-            )
+            open_at = (n, begin)
         elif end:
             if open_at is None:
-                raise ValueError(
-                    f"{where}, line {lineno}: '# END SOLUTION' without a '# BEGIN SOLUTION' above it"
-                )
+                raise ValueError(f"{where}, line {n + 1}: '# END SOLUTION' without a '# BEGIN SOLUTION' above it")
+            regions.append((open_at[0], n, open_at[1]))
             open_at = None
-        elif open_at is None:
-            out.append(line)
     if open_at is not None:
-        raise ValueError(f"{where}, line {open_at}: '# BEGIN SOLUTION' is never closed by '# END SOLUTION'")
-    return "\n".join(out)
+        raise ValueError(f"{where}, line {open_at[0] + 1}: '# BEGIN SOLUTION' is never closed by '# END SOLUTION'")
+    return regions
+
+
+def _stub_source(source: str, where: str) -> str:
+    """Replace every solution region in one cell's source by a NotImplementedError stub."""
+    lines = source.split("\n")
+    out, at = [], 0
+    for first, last, begin in _regions(lines, where):
+        hint = json.dumps("Exercise: " + (begin.group("hint") or DEFAULT_HINT), ensure_ascii=False)
+        out += lines[at:first] + [f"{begin.group('indent')}raise NotImplementedError({hint})"]
+        at = last + 1
+    return "\n".join(out + lines[at:])
 
 
 def _clean_cell(cell: nbformat.NotebookNode) -> None:
@@ -248,37 +252,28 @@ def _uncomment(line: str, indent: str, where: str) -> str:
 def _wrong_variants(source: str, where: str) -> list[tuple[str, str]]:
     """(why, source with that wrong decision in place of its solution region) for each WRONG block of a cell."""
     lines = source.split("\n")
-    regions: list[tuple[int, int]] = []  # (begin line, end line) of each solution region, 0-based
-    blocks: list[tuple[int, int, str, str, int]] = []  # (begin, end, why, indent, region index)
-    open_region: int | None = None
-    open_block: tuple[int, str, str] | None = None
+    regions = _regions(lines, where)
+    variants, open_block = [], None  # open_block: (line, why, indent) of the BEGIN WRONG line
     for n, line in enumerate(lines):
-        if BEGIN_RE.match(line):
-            open_region = n
-        elif END_RE.match(line) and open_region is not None:
-            if open_block is not None:
-                raise ValueError(f"{where}, line {open_block[0] + 1}: '# BEGIN WRONG' is never closed by '# END WRONG'")
-            regions.append((open_region, n))
-            open_region = None
-        elif m := WRONG_BEGIN_RE.match(line):
-            if open_region is None:
-                raise ValueError(f"{where}, line {n + 1}: a wrong decision outside a solution region would show "
-                                 "in the exercise; put it inside '# BEGIN SOLUTION' ... '# END SOLUTION'")
+        if m := WRONG_BEGIN_RE.match(line):
             if open_block is not None:
                 raise ValueError(f"{where}, line {n + 1}: '# BEGIN WRONG' inside another; close it first")
             open_block = (n, m.group("why"), m.group("indent"))
         elif WRONG_END_RE.match(line):
             if open_block is None:
                 raise ValueError(f"{where}, line {n + 1}: '# END WRONG' without a '# BEGIN WRONG' above it")
-            blocks.append((open_block[0], n, open_block[1], open_block[2], len(regions)))
+            begin, why, indent = open_block
+            region = next(((first, last) for first, last, _ in regions if first < begin and n < last), None)
+            if region is None:
+                raise ValueError(f"{where}, line {begin + 1}: a wrong decision outside a solution region would show "
+                                 "in the exercise; put it inside '# BEGIN SOLUTION' ... '# END SOLUTION'")
+            wrong = [_uncomment(text, indent, f"{where}, line {begin + 2 + k}") for k, text in enumerate(lines[begin + 1:n])]
+            if not any(text.strip() for text in wrong):
+                raise ValueError(f"{where}, line {begin + 1}: the wrong decision '{why}' holds no code")
+            variants.append((why, "\n".join(lines[: region[0] + 1] + wrong + lines[region[1]:])))
             open_block = None
-    variants = []
-    for begin, end, why, indent, region in blocks:
-        first, last = regions[region]
-        wrong = [_uncomment(line, indent, f"{where}, line {begin + 2 + k}") for k, line in enumerate(lines[begin + 1:end])]
-        if not any(line.strip() for line in wrong):
-            raise ValueError(f"{where}, line {begin + 1}: the wrong decision '{why}' holds no code")
-        variants.append((why, "\n".join(lines[: first + 1] + wrong + lines[last:])))
+    if open_block is not None:
+        raise ValueError(f"{where}, line {open_block[0] + 1}: '# BEGIN WRONG' is never closed by '# END WRONG'")
     return variants
 
 
