@@ -223,3 +223,18 @@ def test_the_cold_start_shows_the_named_operators_and_leaves_their_variants_to_r
     assert all(t["family"] == t["name"] for t in demonstrated) and all(t["family"] != t["name"] for t in practised)
     assert {"relu", "sigmoid", "row_sum"} <= {t["name"] for t in demonstrated}
     assert {"scale_3", "scaled_sigmoid_0p5"} <= {t["name"] for t in practised}
+
+
+def test_the_reference_is_timed_without_a_page_fault_per_call():
+    """The reference allocates its output on every call; glibc's defaults can map fresh pages for it each time, and
+    then the timing measures page faults (about 570 a call for relu at the cpu shape), not PyTorch."""
+    from agentrl_lite.tasks.kernels import children, harness
+    from agentrl_lite.tasks.kernels.stages import SHAPES, draw_inputs
+
+    dims = SHAPES["cpu"]
+    sets = [draw_inputs(RELU, dims, 7 + k) for k in range(4)]
+    calls = harness.schedule(4, 4, shuffle=True)
+    status, (seconds, outputs, faults) = children.run_in_child(
+        children.reference_timing_child, (RELU.reference_source("cpu"), sets, calls, 3))
+    assert status == "ok" and seconds > 0 and len(outputs) == 4
+    assert faults < 10 * (len(calls) - 3), f"{faults} page faults in {len(calls) - 3} timed calls"
