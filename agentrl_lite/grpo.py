@@ -13,9 +13,10 @@ Each step:
 5. `num_iterations` passes of the clipped policy loss on the policy's own tokens only (`model_mask`:
    prompt, tool and environment tokens never receive gradient), with gradient clipping.
 
-Metrics use TRL's names so curves from both trainers can be read the same way. A checkpoint holds the
-weights (or the LoRA adapter), the optimizer, every RNG and the step, so a resumed run continues exactly
-where an uninterrupted one would have been.
+Metrics use TRL's names so curves from both trainers can be read the same way. A checkpoint is a Hugging Face
+directory (the weights or the LoRA adapter, and the tokenizer: `from_pretrained` and `load_policy` reload it) with
+the optimizer, every RNG and the step beside it, so a resumed run continues exactly where an uninterrupted one
+would have been.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -54,10 +56,12 @@ from agentrl_lite.models import (
     BF16_CHOICES,
     adamw,
     large_tensors_mapped,
+    load_saved_weights,
     park_sampling_copy,
     refresh_sampling_copy,
     release_memory,
     sampling_copy,
+    save_policy,
     use_bf16,
 )
 from agentrl_lite.rewards import RewardFunc, reward_kwargs
@@ -506,13 +510,16 @@ class GRPOTrainer:
         return self.history
 
     def save_checkpoint(self, path: str | Path) -> Path:
-        """Weights (trainable ones), optimizer, RNG states, data order, step and history, atomically."""
+        """The policy in Hugging Face's format (`models.save_policy`: safetensors weights, or the LoRA adapter, and
+        the tokenizer) and, in trainer_state.pt beside it, what an exact resume needs: optimizer, RNG states, data
+        order, step and history. Written to a temporary folder and then renamed, so an interrupted save leaves
+        the previous checkpoint whole."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
-        trainable = {n: p.detach().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
+        if tmp.exists():
+            shutil.rmtree(tmp)  # a save interrupted earlier
+        save_policy(self.model, self.tokenizer, tmp)
         torch.save({
-            "params": trainable,
             "optimizer": self.optimizer.state_dict(),
             "step": self.step_count,
             "order": self.order,
@@ -525,21 +532,20 @@ class GRPOTrainer:
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "history": self.history,
             "config": asdict(self.config),
-        }, tmp / "state.pt")
+        }, tmp / TRAINER_STATE)
         if path.exists():
-            for f in path.iterdir():
-                f.unlink()
-            path.rmdir()
+            shutil.rmtree(path)
         tmp.rename(path)
         return path
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore everything `save_checkpoint` saved; training then continues as if never stopped."""
-        state = torch.load(Path(path) / "state.pt", weights_only=False)
-        named = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for n, value in state["params"].items():
-                named[n].copy_(value)
+        path = Path(path)
+        if not (path / TRAINER_STATE).is_file():
+            raise FileNotFoundError(f"{path} holds no {TRAINER_STATE}: not a checkpoint of GRPOTrainer.save_checkpoint "
+                                    "(to start from saved weights only, load them with load_policy(path)).")
+        state = torch.load(path / TRAINER_STATE, weights_only=False)
+        load_saved_weights(self.model, path)
         self._sync_sampler()
         self.optimizer.load_state_dict(state["optimizer"])
         self.step_count, self.order, self.history = state["step"], state["order"], state["history"]
@@ -550,6 +556,10 @@ class GRPOTrainer:
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+TRAINER_STATE = "trainer_state.pt"
+"""the file beside a checkpoint's weights that holds the rest of the trainer's state"""
 
 
 def _sampling_metrics(gaps: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:

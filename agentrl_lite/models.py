@@ -230,7 +230,9 @@ def load_policy(
 
     Args:
         name_or_path: None or "embedded" for the embedded SmolLM2-135M-Instruct; else a Hugging Face id
-            (e.g. "Qwen/Qwen2.5-0.5B-Instruct", needs a hub) or a local checkpoint directory.
+            (e.g. "Qwen/Qwen2.5-0.5B-Instruct", needs a hub) or a local checkpoint directory: one
+            `save_pretrained` wrote (e.g. `save_policy`, a trainer's checkpoint), or a PEFT adapter directory,
+            whose base model is loaded first and the adapter put on it (trainable, as it was saved).
         device: "auto" (cuda when available), "cpu", "cuda", "cuda:1", ...
         dtype: "auto" (fp32, the trainable master weights; see `resolve_dtype`), "float32", "bfloat16", or a
             torch.dtype.
@@ -245,7 +247,9 @@ def load_policy(
     if name_or_path in (None, "embedded", EMBEDDED_MODEL):
         path = str(embedded_checkpoint())
     else:
-        path = name_or_path
+        path = str(name_or_path)
+    if (Path(path) / ADAPTER_CONFIG).is_file():  # a LoRA adapter `save_policy` wrote: its base model, then the adapter
+        return _load_adapter(Path(path), device, dtype, lora)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -256,6 +260,80 @@ def load_policy(
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+    return model, tokenizer
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+"""the file PEFT's save_pretrained writes into an adapter's directory"""
+
+
+def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> Path:
+    """Save a policy in Hugging Face's format: `save_pretrained` of the model (safetensors; a peft model saves
+    its adapter only) and of the tokenizer, so `from_pretrained` (or `PeftModel.from_pretrained` on the base
+    model) and `load_policy(path)` reload it. An adapter on the embedded model names its base "embedded"
+    instead of this machine's cache folder, so the directory can be moved to another machine."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    config_file = path / ADAPTER_CONFIG
+    if config_file.is_file():
+        import json
+
+        config = json.loads(config_file.read_text())
+        if config.get("base_model_name_or_path") == str(embedded_checkpoint()):
+            config["base_model_name_or_path"] = EMBEDDED_MODEL
+            config_file.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def load_saved_weights(model: PreTrainedModel, path: str | Path) -> None:
+    """Copy the weights `save_policy` wrote into `path` into `model` in place (the same architecture; a peft
+    model takes the adapter's weights). Every parameter must be in the files: a checkpoint of another model
+    raises instead of leaving some weights as they were."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{path} holds no .safetensors weights (save them with models.save_policy).")
+    weights: dict[str, torch.Tensor] = {}
+    for file in files:
+        weights.update(load_file(file))
+    if (path / ADAPTER_CONFIG).is_file():
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(model, weights)
+        if result.unexpected_keys:
+            raise ValueError(f"{path}: adapter weights this model has no place for: {result.unexpected_keys[:5]}")
+        return
+    named = dict(model.named_parameters())  # tied weights appear once, as the files store them
+    missing = [n for n in named if n not in weights]
+    if missing:
+        raise ValueError(f"{path} lacks {len(missing)} of this model's weights (e.g. {missing[:3]}): a checkpoint "
+                         "of another model?")
+    with torch.no_grad():
+        for n, p in named.items():
+            p.copy_(weights[n])
+
+
+def _load_adapter(path: Path, device: str, dtype: str | torch.dtype,
+                  lora: dict | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """`load_policy` of a PEFT adapter directory: the base model it names, then the adapter, trainable."""
+    import json
+
+    from peft import PeftModel
+
+    if lora is not None:
+        raise ValueError(f"{path} is a LoRA adapter already: load it without lora=..., or load its base model "
+                         "with a new lora.")
+    base = json.loads((path / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{path / ADAPTER_CONFIG} names no base model (base_model_name_or_path): load the base "
+                         "with load_policy, then peft.PeftModel.from_pretrained(model, path, is_trainable=True).")
+    model, _ = load_policy(base, device=device, dtype=dtype)
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+    model = PeftModel.from_pretrained(model, path, is_trainable=True)
     return model, tokenizer
 
 

@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_lite.chat import end_of_turn_id, render
 from agentrl_lite.logprobs import micro_batches, shared_with_previous, token_logprobs
-from agentrl_lite.models import adamw, large_tensors_mapped, release_memory, use_bf16
+from agentrl_lite.models import adamw, large_tensors_mapped, release_memory, save_policy, use_bf16
 
 
 @dataclass
@@ -56,6 +56,10 @@ class SFTConfig:
     """keep no decoder layer's activations for the backward pass, only its input, and run the layer again when
     the backward pass needs them (`logprobs.checkpointed_layers`): the same loss and gradient in less memory and
     more time. On by default, as in TRL's SFTConfig: it lowers a lesson's peak memory (results/bench/bench_checkpointing.json)"""
+
+    output_dir: str | None = None
+    """save the fine-tuned policy there when training ends (`models.save_policy`: Hugging Face's format, the
+    weights or the LoRA adapter and the tokenizer; `load_policy(output_dir)` reloads it). None: keep it in memory"""
 
     def __post_init__(self) -> None:
         lr_at(0, self)  # a bad schedule name fails where the config is made, before any work
@@ -163,4 +167,6 @@ def sft(
     optimizer.zero_grad(set_to_none=True)  # the last step's gradients and AdamW's two moments (together three
     del optimizer                          # times the model's size): free them before the next phase starts
     release_memory()
+    if config.output_dir is not None:
+        save_policy(model, tokenizer, config.output_dir)
     return losses
