@@ -17,7 +17,8 @@ only the episode reward R_i, received at its last turn); every token of a turn g
 
     broadcast:   A_it = A_i                                   the episode's advantage on every turn (default)
     discounted:  G_it = Σ_{k≥t} γ^(k-t) r_ik                  return from turn t; terminal only: γ^(T_i-1-t) R_i
-                 A_it = (G_it - mean_j G_j0) / (std_j G_j0 + 1e-4)   baseline and scale from the group's G_0
+                 A_it = (G_it - mean_j G_j0) / (std_j G_j0 + 1e-4)   first_turn: the group's G_0 (default)
+                 A_it = (G_it - mean_j G_jt) / (std_j G_jt + 1e-4)   per_turn: siblings that reached turn t
     step_group:  A_it = A_i + ω (G_it - mean_S G) / (std_S G + 1e-4)   S: the turns of sibling episodes taken
                  from the same state (GiGPO's anchor-state step groups); 0 when S has one member or no spread
 
@@ -34,7 +35,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from agentrl_lite.choices import SCALE_REWARDS, check_choice
+from agentrl_lite.choices import SCALE_REWARDS, TURN_BASELINES, check_choice
 from agentrl_lite.episode import Episode
 
 
@@ -168,14 +169,22 @@ def discounted_turn_advantages(
     gamma: float,
     scale_rewards: str = "group",
     eps: float = 1e-4,
+    baseline: str = "first_turn",
 ) -> Tensor:
-    """Per-turn advantages from discounted returns, against the group's episode returns.
+    """Per-turn advantages from discounted returns, against a baseline from the sibling episodes.
 
-    A_it = (G_it - mean_j G_j0) / (std_j G_j0 + eps), with G from `discounted_returns` and j over the group of
-    sibling episodes. The baseline is one number per prompt (what the siblings achieved from the shared
-    start, G_0), so it does not depend on any action and leaves the policy gradient unbiased; with γ = 1 and
-    only a terminal reward every G_it = R_i and this is `group_advantages(R)` on every turn. scale_rewards
-    and eps act as in `group_advantages` ("batch": the std of all episodes' G_0; "none": no division).
+    baseline="first_turn": A_it = (G_it - mean_j G_j0) / (std_j G_j0 + eps), with G from `discounted_returns` and
+    j over the group of sibling episodes. The baseline is one number per prompt (what the siblings achieved from
+    the shared start, G_0), so it does not depend on any action; with γ = 1 and only a terminal reward every
+    G_it = R_i and this is `group_advantages(R)` on every turn. With γ < 1 a late turn's return γ^(T-1-t) R is
+    set against the discounted γ^(T-1) R of the start, so late turns get positive advantages whatever they did.
+
+    baseline="per_turn": A_it = (G_it - mean_j G_jt) / (std_j G_jt + eps), j over the siblings that reached a turn
+    t: each turn is compared with the returns of the same turn of the other episodes, so late returns meet late
+    returns. A turn no sibling reached has nothing to compare with and gets 0.
+
+    scale_rewards and eps act as in `group_advantages` ("batch": the std over all episodes, per turn with
+    "per_turn"; "none": no division).
 
     Args:
         turn_rewards, turn_mask: (n, T), as in `discounted_returns`; consecutive blocks of `group_size` rows
@@ -184,12 +193,22 @@ def discounted_turn_advantages(
     Returns:
         (n, T) float — A_it, 0 on padding.
     """
+    check_choice("baseline", baseline, TURN_BASELINES)
     returns = discounted_returns(turn_rewards, turn_mask, gamma)
     if returns.shape[1] == 0:
         return returns
-    baseline, scale = _group_baseline_and_scale(returns[:, 0], group_size, scale_rewards, eps)
-    centred = returns - baseline.unsqueeze(1)  # did this turn lead to more than a sibling episode got?
-    advantages = centred if scale is None else centred / scale.unsqueeze(1)
+    if baseline == "first_turn":
+        mean, scale = _group_baseline_and_scale(returns[:, 0], group_size, scale_rewards, eps)
+        centred = returns - mean.unsqueeze(1)  # did this turn lead to more than a sibling episode got?
+        advantages = centred if scale is None else centred / scale.unsqueeze(1)
+        return advantages * turn_mask.to(advantages.dtype)
+    advantages = torch.zeros_like(returns)
+    for t in range(returns.shape[1]):  # turn t against the same turn of the siblings that reached it
+        reached = turn_mask[:, t] > 0
+        column = torch.where(reached, returns[:, t], torch.full_like(returns[:, t], math.nan))
+        mean, scale = _group_baseline_and_scale(column, group_size, scale_rewards, eps)
+        centred = column - mean
+        advantages[:, t] = torch.nan_to_num(centred if scale is None else centred / scale, nan=0.0)
     return advantages * turn_mask.to(advantages.dtype)
 
 

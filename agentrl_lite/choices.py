@@ -16,6 +16,9 @@ SCALE_REWARDS = ("group", "batch", "none")
 """what centred rewards are divided by: the group's std, the batch's std, or nothing (Dr. GRPO)"""
 CREDITS = ("broadcast", "discounted", "step_group")
 """how an episode's reward reaches its turns (see `agentrl_lite.advantages`)"""
+TURN_BASELINES = ("first_turn", "per_turn")
+"""what credit "discounted" compares a turn's return with: the siblings' returns from their first turn, or from
+the same turn (see `agentrl_lite.advantages.discounted_turn_advantages`)"""
 ENGINES = ("kv_cache", "generate")
 """how the rollout samples a turn (see `agentrl_lite.rollout.RolloutConfig.engine`)"""
 REPORT_TO = (None, "tensorboard", "trackio")

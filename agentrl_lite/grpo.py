@@ -47,7 +47,7 @@ from agentrl_lite.advantages import (
     turn_token_advantages,
     zero_std_groups,
 )
-from agentrl_lite.choices import CREDITS, REPORT_TO, SCALE_REWARDS, check_choice
+from agentrl_lite.choices import CREDITS, REPORT_TO, SCALE_REWARDS, TURN_BASELINES, check_choice
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
 from agentrl_lite.logprobs import micro_batches, shared_with_previous, token_logprobs
@@ -115,6 +115,10 @@ class GRPOConfig:
     state (identical tokens before the turn) to the episode's advantage (GiGPO)"""
     gamma: float = 1.0
     """discount per model turn for credit "discounted" and "step_group" (Kevin: 0.4); 1 does not discount"""
+    turn_baseline: str = "first_turn"
+    """credit "discounted": what a turn's return is compared with. "first_turn": the siblings' returns from their
+    first turn, one number per prompt; "per_turn": the siblings' returns from the same turn
+    (`advantages.discounted_turn_advantages`)"""
     omega: float = 1.0
     """credit "step_group": weight ω of the step-level advantage added to the episode's (GiGPO: 1)"""
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(max_turns=1, max_new_tokens=64,
@@ -174,6 +178,7 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         check_choice("credit", self.credit, CREDITS)
+        check_choice("turn_baseline", self.turn_baseline, TURN_BASELINES)
         check_choice("report_to", self.report_to, REPORT_TO)
         check_choice("bf16_loss", self.bf16_loss, BF16_CHOICES)
         check_choice("is_mode", self.is_mode, IS_MODES)
@@ -355,7 +360,8 @@ class GRPOTrainer:
             return group_advantages(rewards, c.group_size, scale_rewards=c.scale_rewards), {}
         turn_rewards, turn_mask, extra = turn_reward_table(episodes, rewards, self.turn_rewards)
         if c.credit == "discounted":
-            return discounted_turn_advantages(turn_rewards, turn_mask, c.group_size, c.gamma, c.scale_rewards), {}
+            return discounted_turn_advantages(turn_rewards, turn_mask, c.group_size, c.gamma, c.scale_rewards,
+                                              baseline=c.turn_baseline), {}
         episode_advantages = group_advantages(rewards + extra, c.group_size, scale_rewards=c.scale_rewards)
         returns = discounted_returns(turn_rewards, turn_mask, c.gamma)
         groups = step_group_ids(episodes, c.group_size, turn_mask.shape[1])

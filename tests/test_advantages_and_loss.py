@@ -107,6 +107,28 @@ def test_discounted_turn_advantages_by_hand():
     # ≈ [[0.7067, 2.1201, 4.9469], [-0.7067, 0, 0]]: the early turn of the slow success is barely credited
 
 
+def test_the_per_turn_baseline_compares_a_turn_with_the_same_turn_of_its_siblings():
+    # one group of 3, γ = 0.5, terminal rewards: A takes 3 turns to reward 1, B 2 turns to reward 1, C 1 turn to 0
+    # G_A = [0.25, 0.5, 1], G_B = [0.5, 1], G_C = [0]
+    # turn 0: mean (0.25 + 0.5 + 0) / 3 = 0.25 -> [0, 0.25, -0.25]; turn 1: A and B, mean 0.75 -> [-0.25, 0.25]
+    # turn 2: A alone reached it -> 0 (nothing to compare with)
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]])
+    centred = torch.tensor([[0.0, -0.25, 0.0], [0.25, 0.25, 0.0], [-0.25, 0.0, 0.0]])
+    none = discounted_turn_advantages(rewards, mask, group_size=3, gamma=0.5, scale_rewards="none",
+                                      baseline="per_turn")
+    torch.testing.assert_close(none, centred, atol=TOL, rtol=0)
+    scaled = discounted_turn_advantages(rewards, mask, group_size=3, gamma=0.5, baseline="per_turn")
+    std0, std1 = 0.25, math.sqrt(2 * 0.25**2)  # unbiased std of [0.25, 0.5, 0] and of [0.5, 1]
+    expected = centred / torch.tensor([std0 + 1e-4, std1 + 1e-4, 1.0])
+    torch.testing.assert_close(scaled, expected, atol=TOL, rtol=0)
+    # against the first-turn baseline (0.25) A's later turns are credited for being less discounted: 0.25 and 0.75
+    first = discounted_turn_advantages(rewards, mask, group_size=3, gamma=0.5, scale_rewards="none")
+    torch.testing.assert_close(first[0], torch.tensor([0.0, 0.25, 0.75]), atol=TOL, rtol=0)
+    with pytest.raises(ValueError, match="baseline"):
+        discounted_turn_advantages(rewards, mask, group_size=3, gamma=0.5, baseline="last_turn")
+
+
 def test_discounted_with_gamma_one_and_terminal_reward_is_broadcast():
     episode_rewards = torch.tensor([1.0, 0.0, 0.5, 3.0])
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 0]])

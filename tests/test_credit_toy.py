@@ -39,6 +39,14 @@ def test_rules_come_from_the_library_and_discounting_with_gamma_one_is_broadcast
                                atol=1e-9)
     assert (broadcast == broadcast[:, :1]).all()  # every turn of an episode gets the episode's advantage
     assert not np.allclose(rule_advantages("discounted", toy, states, actions, 8, gamma=0.5), broadcast)
+    # every episode of the toy has all its turns, so with only the end reward each G_it is γ^(T-1-t) R_i and the
+    # per-turn baseline's mean and std scale with it: per turn is broadcast for any γ (up to the std's eps)
+    np.testing.assert_allclose(rule_advantages("discounted_per_turn", toy, states, actions, 8, gamma=0.9), broadcast,
+                               atol=1e-3)
+    each = rule_advantages("discounted_per_turn", toy, states, actions, 8, gamma=0.5, reward_at="each_turn")
+    assert not np.allclose(each, broadcast, atol=1e-3), "rewards with their turns must change the per-turn credit"
+    with pytest.raises(ValueError, match="reward_at"):
+        rule_advantages("broadcast", toy, states, actions, 8, gamma=1.0, reward_at="never")
     with pytest.raises(ValueError, match="unknown credit rule"):
         rule_advantages("oracle", toy, states, actions, 8, gamma=1.0)
 
@@ -56,8 +64,8 @@ def test_the_averaged_broadcast_gradient_points_along_the_true_gradient():
 
 def test_the_study_reports_every_seed_and_paired_differences():
     out = credit_study([0, 1, 2], batches=5, train_steps=3)
-    assert set(out["rules"]) == {"broadcast", "discounted", "step_group"}
+    assert set(out["rules"]) == {"broadcast", "discounted", "discounted_per_turn", "step_group"}
     snr = out["rules"]["step_group"]["gradient_snr"]
     assert len(snr["per_seed"]) == 3 and snr["low"] <= snr["estimate"] <= snr["high"]
     assert len(out["rules"]["broadcast"]["mean_curve"]) == 4
-    assert set(out["versus_broadcast"]) == {"discounted", "step_group"}
+    assert set(out["versus_broadcast"]) == {"discounted", "discounted_per_turn", "step_group"}

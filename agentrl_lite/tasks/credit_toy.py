@@ -1,7 +1,8 @@
 """A multi-turn toy where the true credit of every turn is known (task family, lesson 08).
 
 On an LLM nobody knows how much each turn of an episode contributed to its reward, so the credit rules of
-`agentrl_lite.advantages` (broadcast, discounted, step-grouped) can only be compared by how fast a policy
+`agentrl_lite.advantages` (broadcast, discounted against the first turn's or the same turn's returns,
+step-grouped) can only be compared by how fast a policy
 learns, over noisy runs. Here they can be compared with the truth.
 
 The task. An episode has `turns` turns; at turn t the agent is in one of `states` states and picks one of
@@ -9,7 +10,10 @@ The task. An episode has `turns` turns; at turn t the agent is in one of `states
 lesson 03). One action per (t, s) is right and earns 1/turns; what the agent picks also decides the next state
 (a fixed random transition table), and a wrong action tends to lead to a state where the next right action is
 less likely under the current policy, so early turns have delayed consequences. Every episode starts in state
-0. Only the total return R = Σ_t r_t arrives, at the end, as an episode reward does for an LLM agent.
+0. The rewards reach the rules in one of two ways (`reward_at`): only the total return R = Σ_t r_t, at the end,
+as an episode reward does for an LLM agent; or each r_t with its turn, as a process reward does. With only the
+end reward and episodes of equal length, discounting against a per-turn baseline is broadcast exactly (every
+G_it is γ^(T-1-t) R_i, and the per-turn mean and std scale by the same γ^(T-1-t)).
 
 The truth. With the table, dynamic programming gives the exact advantage of every action,
 A^π_t(s, a) = Q^π_t(s, a) − V^π_t(s): how much better taking a at (t, s) is than the policy's average, counting
@@ -38,7 +42,8 @@ from agentrl_lite.advantages import (
     step_group_advantages,
 )
 
-RULES = ("broadcast", "discounted", "step_group")
+RULES = ("broadcast", "discounted", "discounted_per_turn", "step_group")
+REWARD_AT = ("end", "each_turn")
 
 
 @dataclass
@@ -96,19 +101,27 @@ class CreditToy:
 
 
 def rule_advantages(rule: str, toy: CreditToy, states: np.ndarray, actions: np.ndarray, group_size: int,
-                    gamma: float, omega: float = 1.0) -> np.ndarray:
+                    gamma: float, omega: float = 1.0, reward_at: str = "end") -> np.ndarray:
     """(n, T) per-turn advantages of one credit rule for sampled episodes whose consecutive blocks of
-    `group_size` share a prompt (here: every episode starts in state 0 of the same task); the reward arrives
-    at the last turn, as `advantages.turn_reward_table` lays it out."""
+    `group_size` share a prompt (here: every episode starts in state 0 of the same task). reward_at="end": the
+    return arrives at the last turn, as an episode reward does (`advantages.turn_reward_table`); "each_turn":
+    each turn's reward arrives with it, as lesson 08's process reward does. Broadcast sees only the total."""
     n, turns = states.shape
     episode_return = torch.tensor(toy.reward[np.arange(turns), states, actions].sum(1))
     turn_rewards = torch.zeros(n, turns, dtype=torch.float64)
-    turn_rewards[:, -1] = episode_return
+    if reward_at == "end":
+        turn_rewards[:, -1] = episode_return
+    elif reward_at == "each_turn":  # r_t with its turn, as a process reward arrives
+        turn_rewards = torch.tensor(toy.reward[np.arange(turns), states, actions], dtype=torch.float64)
+    else:
+        raise ValueError(f"reward_at={reward_at!r}: use one of {REWARD_AT}")
     mask = torch.ones(n, turns, dtype=torch.float64)
     if rule == "broadcast":
         out = group_advantages(episode_return, group_size).unsqueeze(1).expand(n, turns)
-    elif rule == "discounted":
+    elif rule == "discounted":  # every turn against the group's returns from the first turn
         out = discounted_turn_advantages(turn_rewards, mask, group_size, gamma)
+    elif rule == "discounted_per_turn":  # every turn against the siblings' returns from the same turn
+        out = discounted_turn_advantages(turn_rewards, mask, group_size, gamma, baseline="per_turn")
     elif rule == "step_group":  # GiGPO: the episode's advantage plus ω · the turn against its anchor state
         prompt = torch.arange(n) // group_size
         ids = (prompt[:, None] * turns + torch.arange(turns)[None]) * toy.states + torch.tensor(states)
@@ -138,9 +151,9 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def study_one(seed: int, rules: tuple[str, ...] = RULES, group_size: int = 8, prompts: int = 4, gamma: float = 0.9,
               batches: int = 100, train_steps: int = 30, lr: float = 0.5, omega: float = 1.0,
-              **toy_kwargs: int) -> dict[str, dict]:
+              reward_at: str = "end", **toy_kwargs: int) -> dict[str, dict]:
     """Every rule's measurements on the task and initial policy of one seed (the same for every rule); omega is
-    the step-grouped rule's weight of the step term (`rule_advantages`)."""
+    the step-grouped rule's weight of the step term, reward_at when the rules see the rewards (`rule_advantages`)."""
     toy = CreditToy(seed=seed, **toy_kwargs)
     rng = np.random.default_rng(10_000 + seed)
     theta0 = rng.normal(0.0, 1.0, size=(toy.turns, toy.states, toy.actions))
@@ -151,7 +164,7 @@ def study_one(seed: int, rules: tuple[str, ...] = RULES, group_size: int = 8, pr
         grads, correlations = [], []
         for _ in range(batches):
             states, actions = toy.sample(theta0, prompts * group_size, draws)
-            adv = rule_advantages(rule, toy, states, actions, group_size, gamma, omega)
+            adv = rule_advantages(rule, toy, states, actions, group_size, gamma, omega, reward_at)
             truth = true_a[np.arange(toy.turns), states, actions]
             if adv.std() > 0 and truth.std() > 0:
                 correlations.append(float(np.corrcoef(adv.ravel(), truth.ravel())[0, 1]))
@@ -163,7 +176,7 @@ def study_one(seed: int, rules: tuple[str, ...] = RULES, group_size: int = 8, pr
         for _ in range(train_steps):  # steps of equal length: a rule's larger advantages are not a larger lr
             states, actions = toy.sample(theta, prompts * group_size, draws)
             g = gradient_estimate(toy, theta, states, actions,
-                                  rule_advantages(rule, toy, states, actions, group_size, gamma, omega))
+                                  rule_advantages(rule, toy, states, actions, group_size, gamma, omega, reward_at))
             theta = theta + lr * g / (np.linalg.norm(g) + 1e-12)
             curve.append(toy.exact(theta)[2])
         out[rule] = {"correlation_with_true_advantage": float(np.mean(correlations)),
