@@ -7,12 +7,15 @@ GPUs with accelerate/DeepSpeed and vLLM. This module translates, so that a compa
 - `trl_config`: our `GRPOConfig` as TRL's, knob for knob (group size, token budget, loss type, clipping,
   beta, token or sequence ratios, iterations, reward scaling, learning rate held constant as ours is); a
   setting TRL has no equivalent for is refused with an error, never silently dropped;
-- `trl_dataset`: the environment's prompts (conversational, as TRL expects) with every task field as a
-  column, which TRL hands to the reward functions as keyword lists — exactly what our trainer does;
+- `trl_dataset`: the environment's prompts (conversational, as TRL expects; rendered as text with the task's
+  own tool schemas when tasks offer different tools that are never run, as BFCL's do) with every task field as
+  a column, which TRL hands to the reward functions as keyword lists — exactly what our trainer does. Fields
+  holding lists or dicts are stored as JSON text (Arrow would merge dicts of different keys into one struct
+  padded with None) and decoded again before a reward function or an environment sees them;
 - `trl_environment_factory`: a multi-turn tool environment as TRL's `environment_factory`: one instance per
   rollout, reset with the task, the environment's tools as its methods, every call run through the task's
   `Toolbox` (`env.toolbox_for(task)`: a malformed call is an `Error: ...` observation, never an exception)
-  and recorded;
+  and recorded; tasks with different tool sets get one factory per set (TRL's `environment` column);
 - `trl_trainer`: TRL's `GRPOTrainer` built from all of the above;
 - `trl_history`: TRL's log history as rows shaped like our trainer's history, for plotting side by side.
 
@@ -26,6 +29,8 @@ number of calls each rollout's environment ran (for `otc_reward`).
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import typing
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,10 +38,10 @@ from typing import Any
 
 from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
-from agentrl_lite.chat import ToolCall
+from agentrl_lite.chat import ToolCall, render
 from agentrl_lite.env import Environment
 from agentrl_lite.grpo import GRPOConfig
-from agentrl_lite.models import release_memory
+from agentrl_lite.models import release_memory, use_bf16
 from agentrl_lite.tools import Toolbox
 
 # TRL 1.16 reads `model.is_gradient_checkpointing`, which transformers 5.23 deprecates with a FutureWarning at every
@@ -75,6 +80,7 @@ _NOT_IN_TRL = {
     "dynamic_sampling": (False, "TRL 1.16 has no DAPO dynamic sampling"),
     "filter_void_turns": (False, "TRL has no SimpleTIR void-turn filter"),
     "skip_empty_updates": (False, "TRL steps AdamW even when every advantage is 0"),
+    "loss_on_tool_tokens": (False, "TRL always leaves the tools' replies out of the loss"),
 }
 """our settings TRL cannot reproduce: field → (the only value that translates, why)"""
 
@@ -92,33 +98,53 @@ def _check_translatable(config: GRPOConfig) -> None:
                          "for a like-for-like TRL run.")
 
 
-def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
+def _rows_per_pass(config: GRPOConfig, world_size: int) -> tuple[int, int]:
+    """(TRL's per-device batch, gradient accumulation) so that one optimizer step on `world_size` processes sees
+    exactly our batch, prompts_per_step × group_size completions, in passes of at most micro_batch_size rows."""
+    batch = config.prompts_per_step * config.group_size
+    if batch % world_size:
+        raise ValueError(f"prompts_per_step × group_size = {batch} completions cannot be split evenly over "
+                         f"{world_size} processes: choose a batch that {world_size} divides.")
+    per_process = batch // world_size
+    if config.loss.loss_type == "bnpo":  # bnpo normalises by each pass's tokens: one pass per process
+        return per_process, 1
+    rows = max(r for r in range(1, min(config.micro_batch_size, per_process) + 1) if per_process % r == 0)
+    return rows, per_process // rows
+
+
+def trl_config(config: GRPOConfig, output_dir: str, world_size: int | None = None, **overrides: Any) -> Any:
     """TRL's `GRPOConfig` for the same experiment as our `config` (single-turn: one turn's token budget).
 
     Kept equal: prompts × group size per step (one optimizer step per generation batch), completion
     budget, temperature, top_p, no top-k, the loss (type, epsilon/epsilon_high, beta, token or sequence
     ratios, KL bias correction), num_iterations, scale_rewards, mask_truncated_completions, learning rate
     (constant, no warm-up), weight decay, gradient clipping, seed, and the rows per loss pass: our
-    micro_batch_size becomes TRL's per-device batch with gradient accumulation over the generation batch
+    micro_batch_size bounds TRL's per-device batch, with gradient accumulation over the generation batch
     (TRL's grpo, dr_grpo and dapo losses are the same objective either way, `tests/test_trl_equality.py`; bnpo
-    normalises by each pass's tokens, so a bnpo batch stays whole). A 32-row pass holds TRL's fp32 logits of
+    normalises by each pass's tokens, so a bnpo batch stays whole on each process). world_size (default: the
+    WORLD_SIZE that `accelerate launch` or `torchrun` sets, else 1) is the number of processes: per-device batch ×
+    accumulation × world_size is our batch, so N processes train on the same number of prompts per step as one,
+    not N times as many. report_to goes through ("none" for None); mixed precision follows `bf16_loss` (TRL's
+    bf16 autocasts the loss pass as ours does; "auto": where bf16 is fast on the device TRL will train on). A 32-row pass holds TRL's fp32 logits of
     every row at once: lesson 06's TRL cell peaked at 13.7 GB that way. Left at TRL's defaults (they change
     speed or memory, not the objective): gradient checkpointing, TRL's own sampler and data order, our token
     cap per pass, sampling batch size, bf16 loss pass, and our bf16 sampling copy with its truncated
     importance weights (`sampler_dtype`, `is_cap`: TRL samples with the policy itself). Refused with a ValueError (TRL has no
-    equivalent): credit other than "broadcast", dynamic_sampling, filter_void_turns, skip_empty_updates.
+    equivalent): credit other than "broadcast", dynamic_sampling, filter_void_turns, skip_empty_updates,
+    loss_on_tool_tokens.
     `overrides` go straight to TRL (e.g. `use_cpu=False`).
     """
     from trl import GRPOConfig as TRLGRPOConfig
 
     _check_translatable(config)
     r = config.rollout
-    batch = config.prompts_per_step * config.group_size
-    rows = batch if config.loss.loss_type == "bnpo" or batch % config.micro_batch_size else config.micro_batch_size
+    world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    rows, accumulation = _rows_per_pass(config, world_size)
+    on_gpu = not overrides.get("use_cpu", False) and _cuda_available()
     args: dict[str, Any] = dict(
         output_dir=output_dir,
         per_device_train_batch_size=rows,
-        gradient_accumulation_steps=batch // rows,  # one optimizer step per generation batch, as ours
+        gradient_accumulation_steps=accumulation,  # one optimizer step per generation batch, as ours
         num_generations=config.group_size,
         max_completion_length=r.max_new_tokens * r.max_turns,
         temperature=r.temperature,
@@ -133,21 +159,79 @@ def trl_config(config: GRPOConfig, output_dir: str, **overrides: Any) -> Any:
         data_seed=config.seed,
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=config.report_to or "none",
         disable_tqdm=not config.progress,
-        bf16=False,
+        bf16=use_bf16(config.bf16_loss, "cuda" if on_gpu else "cpu"),
     )
     args.update(overrides)
     return TRLGRPOConfig(**args)
 
 
-def trl_dataset(env: Environment, tasks: Sequence[dict]) -> Any:
-    """A `datasets.Dataset` with a conversational `prompt` column (the environment's messages) and every task
-    field as its own column (TRL passes them to the reward functions, e.g. `answer=[...]`)."""
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def nested_fields(tasks: Sequence[dict]) -> list[str]:
+    """The task fields that hold a list or a dict in some task: `trl_dataset` stores them as JSON text."""
+    return sorted({k for task in tasks for k, v in task.items() if isinstance(v, (list, dict))})
+
+
+def _decode(row: dict[str, Any], nested: Sequence[str]) -> dict[str, Any]:
+    """A dataset row's task fields as the task had them (the JSON text of `nested` fields parsed)."""
+    return {k: json.loads(v) if k in nested and isinstance(v, str) else v for k, v in row.items()}
+
+
+def _schemas_only(toolbox: Toolbox | None) -> bool:
+    """Tools the model is shown and never runs (BFCL's functions: `SchemaToolbox`)."""
+    return toolbox is not None and not toolbox.functions and bool(toolbox.schemas)
+
+
+def trl_dataset(env: Environment, tasks: Sequence[dict], tokenizer: Any = None,
+                environments: Sequence[str] | None = None) -> Any:
+    """A `datasets.Dataset` with a `prompt` column and every task field as its own column (TRL passes them to the
+    reward functions, e.g. `answer=[...]`; fields holding lists or dicts as JSON text, see `nested_fields`).
+
+    The prompt is conversational (the environment's messages), except when the tasks' tools are schemas that
+    are never run, which may differ from task to task: then it is the text our rollout renders (`tokenizer`'s
+    chat template with the task's own tool schemas), which TRL does not template again. `environments`: one
+    name per task for TRL's `environment` column (several tool sets, `trl_trainer`)."""
     import datasets
 
-    rows = [{**task, "prompt": env.prompt(task)} for task in tasks]
+    nested = nested_fields(tasks)
+    rows = []
+    for i, task in enumerate(tasks):
+        prompt: Any = env.prompt(task)
+        toolbox = env.toolbox_for(task)
+        if _schemas_only(toolbox):
+            if tokenizer is None:
+                raise ValueError(f"{type(env).__name__}'s tasks show their own tool schemas: pass the tokenizer, "
+                                 "which renders each prompt with them.")
+            prompt = render(tokenizer, prompt, toolbox.schemas, add_generation_prompt=True)
+        row = {k: json.dumps(v) if k in nested else v for k, v in task.items()}
+        row["prompt"] = prompt
+        if environments is not None:
+            row["environment"] = environments[i]
+        rows.append(row)
     return datasets.Dataset.from_list(rows)
+
+
+def with_decoded_fields(reward: Callable[..., list[float | None]],
+                        nested: Sequence[str]) -> Callable[..., list[float | None]]:
+    """`reward` called with the `nested` task fields parsed back from the JSON text `trl_dataset` stored."""
+    if not nested:
+        return reward
+
+    def wrapped(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        for name in nested:
+            if name in kwargs:
+                kwargs[name] = [json.loads(v) if isinstance(v, str) else v for v in kwargs[name]]
+        return reward(prompts, completions, **kwargs)
+
+    wrapped.__name__ = wrapped.__qualname__ = getattr(reward, "__name__", "reward")  # TRL logs rewards/<name>/mean
+    wrapped.__doc__ = reward.__doc__
+    return wrapped
 
 
 class TRLToolEnvironment:
@@ -170,6 +254,8 @@ class TRLToolEnvironment:
 
     env: Environment | None = None
     """the environment whose rollouts these are (set on the subclass by `trl_environment_factory`)"""
+    nested: tuple[str, ...] = ()
+    """task fields the dataset stores as JSON text (`nested_fields`), parsed again in `reset`"""
 
     def __init__(self) -> None:
         self.reset()
@@ -178,8 +264,9 @@ class TRLToolEnvironment:
         """Start a rollout of `task`. Returns None: the prompt is already in TRL's dataset (`trl_dataset`);
         a string returned here would be appended to the last user message."""
         task.pop("prompt", None)  # the prompt messages TRL's dataset row carries, not a task field
-        self.task: dict[str, Any] = task
-        self.toolbox: Toolbox | None = self.env.toolbox_for(task) if task else None
+        task.pop("environment", None)  # TRL's routing column (several tool sets), not a task field
+        self.task: dict[str, Any] = _decode(task, self.nested)
+        self.toolbox: Toolbox | None = self.env.toolbox_for(self.task) if task else None
         self.calls: list[dict[str, Any]] = []
 
     @property
@@ -223,31 +310,27 @@ def _tool_method(name: str, function: Callable[..., Any]) -> Callable[..., str]:
     return method
 
 
-def _toolbox(env: Environment, tasks: Sequence[dict]) -> Toolbox | None:
-    """The toolbox `env` offers, which TRL needs to be the same for every task (its tools are the methods
-    of one class, or one `tools=` list)."""
-    toolboxes = [env.toolbox_for(t) for t in tasks]
-    names = {tuple(tb.names) if tb is not None else None for tb in toolboxes}
-    if len(names) > 1:
-        raise ValueError(f"{type(env).__name__} offers different tools per task; TRL's environment_factory and "
-                         "tools= need one set of tools for the whole dataset.")
-    return toolboxes[0] if toolboxes else None
+def _tool_sets(env: Environment, tasks: Sequence[dict]) -> tuple[dict[str, Toolbox], list[str | None]]:
+    """The distinct sets of executable tools the tasks offer ({name: a toolbox of that set}) and each task's set
+    (None for a task without executable tools). A set is named by its tools' names."""
+    sets: dict[str, Toolbox] = {}
+    per_task: list[str | None] = []
+    for task in tasks:
+        toolbox = env.toolbox_for(task)
+        if toolbox is None or not toolbox.functions:
+            per_task.append(None)
+            continue
+        name = "+".join(toolbox.names)
+        sets.setdefault(name, toolbox)
+        per_task.append(name)
+    if sets and None in per_task:
+        raise ValueError(f"Some of {type(env).__name__}'s tasks offer tools and some none: TRL routes every example "
+                         "of a multi-turn run to an environment. Train the two kinds of tasks separately.")
+    return sets, per_task
 
 
-def trl_environment_factory(env: Environment, tasks: Sequence[dict]) -> type[TRLToolEnvironment]:
-    """`env` as TRL's `environment_factory`: a `TRLToolEnvironment` subclass whose methods are `env`'s tools.
-
-    `env.toolbox_for(task)` must give the same executable tools for every task in `tasks` (`ArithmeticEnv`
-    with its calculator, for example). The class is the factory: TRL calls it with no argument to get one
-    rollout's environment.
-    """
-    toolbox = _toolbox(env, tasks)
-    if toolbox is None or not toolbox.functions:
-        raise ValueError(
-            f"{type(env).__name__}.toolbox_for(task) returned {toolbox!r}, not a Toolbox of executable tools; TRL's "
-            "environment_factory is for environments with tools. Without tools, call trl_trainer as it is "
-            "(single-turn), or give the environment tools (e.g. ArithmeticEnv(tools=[calculator]))."
-        )
+def _factory(env: Environment, toolbox: Toolbox, nested: Sequence[str]) -> type[TRLToolEnvironment]:
+    """A `TRLToolEnvironment` subclass whose methods are `toolbox`'s tools."""
     methods = {}
     for name, function in toolbox.functions.items():
         if name in _RESERVED or name.startswith("_"):
@@ -257,7 +340,38 @@ def trl_environment_factory(env: Environment, tasks: Sequence[dict]) -> type[TRL
     cls_name = f"{type(env).__name__}ForTRL"
     for method in methods.values():
         method.__qualname__ = f"{cls_name}.{method.__name__}"
-    return type(cls_name, (TRLToolEnvironment,), {"env": env, **methods})
+    return type(cls_name, (TRLToolEnvironment,), {"env": env, "nested": tuple(nested), **methods})
+
+
+def trl_environment_factory(env: Environment, tasks: Sequence[dict]) -> type[TRLToolEnvironment]:
+    """`env` as TRL's `environment_factory`: a `TRLToolEnvironment` subclass whose methods are `env`'s tools.
+
+    `env.toolbox_for(task)` must give the same executable tools for every task in `tasks` (`ArithmeticEnv`
+    with its calculator, for example; tasks with different tool sets: `trl_environment_factories`). The class is
+    the factory: TRL calls it with no argument to get one rollout's environment.
+    """
+    sets, _ = _tool_sets(env, tasks)
+    if not sets:
+        raise ValueError(
+            f"{type(env).__name__}.toolbox_for(task) gives no executable tools; TRL's environment_factory is for "
+            "environments with tools. Without tools, call trl_trainer as it is (single-turn), or give the "
+            "environment tools (e.g. ArithmeticEnv(tools=[calculator]))."
+        )
+    if len(sets) > 1:
+        raise ValueError(f"{type(env).__name__}'s tasks offer {len(sets)} different tool sets: use "
+                         "trl_environment_factories, one factory per set.")
+    return _factory(env, next(iter(sets.values())), nested_fields(tasks))
+
+
+def trl_environment_factories(env: Environment, tasks: Sequence[dict]
+                              ) -> tuple[dict[str, type[TRLToolEnvironment]], list[str]]:
+    """One factory per tool set the tasks offer, for TRL's `environment_factory={name: factory}`, and each task's
+    set name (the dataset's `environment` column; TRL renders each prompt with that set's schemas)."""
+    sets, per_task = _tool_sets(env, tasks)
+    if not sets:
+        raise ValueError(f"{type(env).__name__}.toolbox_for(task) gives no executable tools to any task.")
+    nested = nested_fields(tasks)
+    return {name: _factory(env, toolbox, nested) for name, toolbox in sets.items()}, per_task  # type: ignore[return-value]
 
 
 def with_environment_tool_calls(reward: Callable[..., list[float | None]]) -> Callable[..., list[float | None]]:
@@ -297,8 +411,10 @@ def trl_trainer(
 ) -> Any:
     """TRL's `GRPOTrainer` on our environment, tasks and rewards with our config translated (`trl_config`).
 
-    Tools are offered when the environment has some and `config.rollout.max_turns > 1` (up to max_turns − 1
-    rounds of calls, as in our rollouts). use_environment_factory: run them through
+    Tools are offered when the environment has executable ones and `config.rollout.max_turns > 1` (up to
+    max_turns − 1 rounds of calls, as in our rollouts); tasks with different tool sets are routed to one
+    environment factory per set. Tools that are only schemas (BFCL's) are rendered into text prompts
+    (`trl_dataset`). Reward functions receive the task fields as the tasks hold them (`with_decoded_fields`). use_environment_factory: run them through
     `trl_environment_factory(env, tasks)` (each call validated by our `Toolbox` and recorded per rollout; reward
     functions receive `environments=[...]`); False hands the raw tool functions to TRL's `tools=`, where a
     malformed call raises inside TRL and comes back as `{"error": ...}`. The tokenizer's chat template must be
@@ -308,19 +424,27 @@ def trl_trainer(
 
     if reward_weights is not None:
         overrides["reward_weights"] = list(reward_weights)
-    toolbox = _toolbox(env, tasks)
-    multi_turn = toolbox is not None and bool(toolbox.functions) and config.rollout.max_turns > 1
+    sets, per_task = _tool_sets(env, tasks)
+    multi_turn = bool(sets) and config.rollout.max_turns > 1
     if multi_turn:
         overrides.setdefault("max_tool_calling_iterations", config.rollout.max_turns - 1)
     tool_kwargs: dict[str, Any] = {}
-    if multi_turn and use_environment_factory:
+    environments = None
+    if multi_turn and use_environment_factory and len(sets) == 1:
         tool_kwargs["environment_factory"] = trl_environment_factory(env, tasks)
+    elif multi_turn and use_environment_factory:
+        tool_kwargs["environment_factory"], environments = trl_environment_factories(env, tasks)
+    elif multi_turn and len(sets) == 1:
+        tool_kwargs["tools"] = list(next(iter(sets.values())).functions.values())
     elif multi_turn:
-        tool_kwargs["tools"] = list(toolbox.functions.values())
+        raise ValueError(f"{type(env).__name__}'s tasks offer {len(sets)} different tool sets; TRL's tools= is one "
+                         "set for the whole dataset: use use_environment_factory=True.")
     args = trl_config(config, output_dir, **overrides)
-    trainer = TRLGRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args,
-                             train_dataset=trl_dataset(env, tasks), processing_class=tokenizer,
-                             callbacks=[_ReleaseMemory(), *callbacks], **tool_kwargs)
+    nested = nested_fields(tasks)
+    release = [_ReleaseMemory()] if args.use_cpu or not _cuda_available() else []  # a GPU run keeps its cache
+    trainer = TRLGRPOTrainer(model=model, reward_funcs=[with_decoded_fields(f, nested) for f in reward_funcs],
+                             args=args, train_dataset=trl_dataset(env, tasks, tokenizer, environments),
+                             processing_class=tokenizer, callbacks=[*release, *callbacks], **tool_kwargs)
     if config.progress:  # keep TRL's progress bar, without a printed dict per step (use trl_history)
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(_QuietProgress)

@@ -54,7 +54,8 @@ def test_config_is_translated_knob_for_knob(tmp_path):
     assert split.generation_batch_size == 8 and split.steps_per_generation == 4
     bnpo = replace(CONFIG, micro_batch_size=2, loss=replace(CONFIG.loss, loss_type="bnpo"))
     assert trl_config(bnpo, str(tmp_path), use_cpu=True).per_device_train_batch_size == 8, "bnpo: one pass"
-    assert trl_config(replace(CONFIG, micro_batch_size=3), str(tmp_path), use_cpu=True).per_device_train_batch_size == 8
+    odd = trl_config(replace(CONFIG, micro_batch_size=3), str(tmp_path), use_cpu=True)  # the largest divisor of 8 ≤ 3
+    assert (odd.per_device_train_batch_size, odd.gradient_accumulation_steps) == (2, 4)
     assert args.max_completion_length == 12 and args.temperature == 0.9 and args.top_k == 0
     assert (args.loss_type, args.epsilon, args.epsilon_high, args.beta) == ("dr_grpo", 0.1, 0.28, 0.0)
     assert args.importance_sampling_level == "sequence" and args.use_bias_correction_kl is False  # GSPO
@@ -65,7 +66,7 @@ def test_config_is_translated_knob_for_knob(tmp_path):
 
 @pytest.mark.parametrize("setting", [dict(credit="discounted", gamma=0.4), dict(credit="step_group"),
                                      dict(dynamic_sampling=True), dict(filter_void_turns=True),
-                                     dict(skip_empty_updates=True),
+                                     dict(skip_empty_updates=True), dict(loss_on_tool_tokens=True),
                                      dict(loss=LossConfig(loss_type="dr_grpo", max_completion_length=99))])
 def test_a_setting_trl_cannot_reproduce_is_refused_not_dropped(tmp_path, setting):
     with pytest.raises(ValueError, match=f"cannot translate {next(iter(setting))}"):
