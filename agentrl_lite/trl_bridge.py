@@ -189,14 +189,15 @@ def _schemas_only(toolbox: Toolbox | None) -> bool:
 
 
 def trl_dataset(env: Environment, tasks: Sequence[dict], tokenizer: Any = None,
-                environments: Sequence[str] | None = None) -> Any:
+                environments: Sequence[str] | None = None, render_tools: bool = False) -> Any:
     """A `datasets.Dataset` with a `prompt` column and every task field as its own column (TRL passes them to the
     reward functions, e.g. `answer=[...]`; fields holding lists or dicts as JSON text, see `nested_fields`).
 
     The prompt is conversational (the environment's messages), except when the tasks' tools are schemas that
-    are never run, which may differ from task to task: then it is the text our rollout renders (`tokenizer`'s
-    chat template with the task's own tool schemas), which TRL does not template again. `environments`: one
-    name per task for TRL's `environment` column (several tool sets, `trl_trainer`)."""
+    are never run, which may differ from task to task, or when `render_tools` (a single-turn run of an
+    environment with tools: TRL offers no tools then, our rollout still shows them): then it is the text our
+    rollout renders (`tokenizer`'s chat template with the task's own tool schemas), which TRL does not template
+    again. `environments`: one name per task for TRL's `environment` column (several tool sets, `trl_trainer`)."""
     import datasets
 
     nested = nested_fields(tasks)
@@ -204,7 +205,7 @@ def trl_dataset(env: Environment, tasks: Sequence[dict], tokenizer: Any = None,
     for i, task in enumerate(tasks):
         prompt: Any = env.prompt(task)
         toolbox = env.toolbox_for(task)
-        if _schemas_only(toolbox):
+        if _schemas_only(toolbox) or (render_tools and toolbox is not None and toolbox.schemas):
             if tokenizer is None:
                 raise ValueError(f"{type(env).__name__}'s tasks show their own tool schemas: pass the tokenizer, "
                                  "which renders each prompt with them.")
@@ -443,7 +444,8 @@ def trl_trainer(
     nested = nested_fields(tasks)
     release = [_ReleaseMemory()] if args.use_cpu or not _cuda_available() else []  # a GPU run keeps its cache
     trainer = TRLGRPOTrainer(model=model, reward_funcs=[with_decoded_fields(f, nested) for f in reward_funcs],
-                             args=args, train_dataset=trl_dataset(env, tasks, tokenizer, environments),
+                             args=args, train_dataset=trl_dataset(env, tasks, tokenizer, environments,
+                                                                  render_tools=not multi_turn),
                              processing_class=tokenizer, callbacks=[*release, *callbacks], **tool_kwargs)
     if config.progress:  # keep TRL's progress bar, without a printed dict per step (use trl_history)
         trainer.remove_callback(ProgressCallback)

@@ -187,10 +187,25 @@ def build_parser() -> argparse.ArgumentParser:
     docs = sub.add_parser("docs", help="render the generated tables of README.md and docs/results.md from results/")
     docs.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is stale")
     docs.set_defaults(func=_docs)
+
+    train = sub.add_parser("train", add_help=False, help="train a lesson's environment with our trainer or TRL's, "
+                           "on one process or many (agentrl_lite.course.train; `agentrl-lite train --help`)")
+    train.add_argument("rest", nargs=argparse.REMAINDER)
+    train.set_defaults(func=_train)
     return parser
 
 
+def _train(args: argparse.Namespace) -> int:
+    from agentrl_lite.course.train import main as train_main
+
+    train_main(args.rest)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:  # its own parser: argparse's REMAINDER would stop at the first --option
+        return _train(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     return args.func(args)
 
