@@ -41,7 +41,7 @@ from transformers.trainer_callback import ProgressCallback, TrainerCallback
 from agentrl_lite.chat import ToolCall, render
 from agentrl_lite.env import Environment
 from agentrl_lite.grpo import GRPOConfig
-from agentrl_lite.models import release_memory, use_bf16
+from agentrl_lite.models import release_memory, resolve_device, use_bf16
 from agentrl_lite.tools import Toolbox
 
 # TRL 1.16 reads `model.is_gradient_checkpointing`, which transformers 5.23 deprecates with a FutureWarning at every
@@ -140,7 +140,7 @@ def trl_config(config: GRPOConfig, output_dir: str, world_size: int | None = Non
     r = config.rollout
     world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
     rows, accumulation = _rows_per_pass(config, world_size)
-    on_gpu = not overrides.get("use_cpu", False) and _cuda_available()
+    on_gpu = not overrides.get("use_cpu", False) and resolve_device().type == "cuda"
     args: dict[str, Any] = dict(
         output_dir=output_dir,
         per_device_train_batch_size=rows,
@@ -165,12 +165,6 @@ def trl_config(config: GRPOConfig, output_dir: str, world_size: int | None = Non
     )
     args.update(overrides)
     return TRLGRPOConfig(**args)
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def nested_fields(tasks: Sequence[dict]) -> list[str]:
@@ -431,18 +425,19 @@ def trl_trainer(
         overrides.setdefault("max_tool_calling_iterations", config.rollout.max_turns - 1)
     tool_kwargs: dict[str, Any] = {}
     environments = None
+    nested = nested_fields(tasks)
     if multi_turn and use_environment_factory and len(sets) == 1:
-        tool_kwargs["environment_factory"] = trl_environment_factory(env, tasks)
+        tool_kwargs["environment_factory"] = _factory(env, next(iter(sets.values())), nested)
     elif multi_turn and use_environment_factory:
-        tool_kwargs["environment_factory"], environments = trl_environment_factories(env, tasks)
+        tool_kwargs["environment_factory"] = {name: _factory(env, tb, nested) for name, tb in sets.items()}
+        environments = per_task
     elif multi_turn and len(sets) == 1:
         tool_kwargs["tools"] = list(next(iter(sets.values())).functions.values())
     elif multi_turn:
         raise ValueError(f"{type(env).__name__}'s tasks offer {len(sets)} different tool sets; TRL's tools= is one "
                          "set for the whole dataset: use use_environment_factory=True.")
     args = trl_config(config, output_dir, **overrides)
-    nested = nested_fields(tasks)
-    release = [_ReleaseMemory()] if args.use_cpu or not _cuda_available() else []  # a GPU run keeps its cache
+    release = [_ReleaseMemory()] if args.use_cpu or resolve_device().type != "cuda" else []  # a GPU run keeps its cache
     trainer = TRLGRPOTrainer(model=model, reward_funcs=[with_decoded_fields(f, nested) for f in reward_funcs],
                              args=args, train_dataset=trl_dataset(env, tasks, tokenizer, environments,
                                                                   render_tools=not multi_turn),

@@ -136,7 +136,7 @@ def config_from(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> Path:
     """Train as `args` say; return the folder holding the trained policy (Hugging Face format)."""
-    from agentrl_lite.models import load_policy, tiny_policy
+    from agentrl_lite.models import load_policy, resolve_device, tiny_policy
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args.trainer == "ours" and world_size > 1:
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> Path:
     overrides: dict[str, Any] = {}
     if args.vllm:
         overrides.update(use_vllm=True, vllm_mode=args.vllm)
-    if args.model == "tiny" or not _cuda():
+    if args.model == "tiny" or resolve_device().type != "cuda":
         overrides["use_cpu"] = True
     trainer = trl_trainer(model, tokenizer, env, tasks, rewards, config, str(out / "trl"), reward_weights=weights,
                           **overrides)
@@ -179,12 +179,6 @@ def run(args: argparse.Namespace) -> Path:
         tokenizer.save_pretrained(out / "final")
         (out / "final" / "trl_log_history.json").write_text(json.dumps(trainer.state.log_history))
     return out / "final"
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def main(argv: list[str] | None = None) -> None:
