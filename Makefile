@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROFILE ?= auto
 LESSON ?=
-SEEDS ?= 0 1 2
+SEEDS ?= 0 1 2 3 4
 SET ?=
 PYTEST_ARGS ?=
 # TORCH_INDEX: a pip index to take torch from before everything else, e.g. PyTorch's CPU-only wheels on a Linux
@@ -34,7 +34,7 @@ course: setup  ## run every lesson (PROFILE=auto|cpu|gpu|smoke; LESSON=04 runs o
 	AGENTRL_COMMAND="make course PROFILE=$(PROFILE)$(if $(LESSON), LESSON=$(LESSON))" \
 		$(BIN)/agentrl-lite course --profile $(PROFILE) $(if $(LESSON),--only '$(LESSON)_*')
 
-reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 SEEDS="0 1 2"); writes results/lessons/<lesson>_seeds.json
+reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 SEEDS="0 1 2 3 4"); writes results/lessons/<lesson>_seeds.json
 # SET="SPLIT=validation BETA=0.5" runs a tuning variant instead (results/lessons/<lesson>_tune_<...>.json)
 	AGENTRL_COMMAND="make reproduce LESSON=$(LESSON) SEEDS='$(SEEDS)' PROFILE=$(PROFILE)$(if $(SET), SET='$(SET)')" \
 		$(BIN)/agentrl-lite reproduce $(LESSON) --profile $(PROFILE) --seeds $(SEEDS) $(foreach s,$(SET),--set $(s))

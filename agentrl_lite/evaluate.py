@@ -35,6 +35,11 @@ def task_label(task: dict[str, Any], label_key: str | None = None) -> str:
     return next((str(task[k]) for k in keys if k in task), "all")
 
 
+def task_id(task: dict[str, Any], index: int) -> str:
+    """A task's id for per-item records: its `id`, else its `name` (a kernel operator), else its position."""
+    return str(task.get("id", task.get("name", f"#{index}")))
+
+
 @dataclass
 class EvalReport:
     """One evaluation: per task, its label, its episode and its score (`env.score`), with summaries."""
@@ -44,6 +49,8 @@ class EvalReport:
     scores: list[dict[str, Any]]
     """(n,) `env.score(task, episode)` of each task; every one holds "correct"""
     episodes: list[Episode] = field(repr=False, default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    """(n,) each task's id (its `id`, else its `name`), so a results file names the items it scored"""
 
     def __repr__(self) -> str:
         by_label = {k: round(v, 3) for k, v in self.by_label().items()}
@@ -143,7 +150,8 @@ class EvalReport:
         """The report as JSON-ready numbers, for a results file; `correct` is the per-task vector that paired
         comparisons across policies and seeds need (`stats`, `course.reproduce`)."""
         numeric = {k for s in self.scores for k, v in s.items() if isinstance(v, int | float)}
-        return {"n": self.n, "accuracy": self.accuracy, "correct": self.correct,
+        return {"n": self.n, "accuracy": self.accuracy, "correct": self.correct, "ids": self.ids,
+                "tool_calls": self.tool_calls,
                 **{f"mean_{k}": self.mean(k) for k in sorted(numeric - {"correct"})},
                 "by_label": self.by_label(), "counts": self.counts, "overall": self.overall,
                 "calls_per_episode": self.calls_per_episode, "tool_call_rate": self.tool_call_rate,
@@ -177,4 +185,5 @@ def evaluate(
     for ep, score in zip(episodes, scores, strict=True):
         ep.metadata["score"] = score
     release_memory()  # the KV caches of the rollout are gone: hand their pages back
-    return EvalReport(labels=[task_label(t, label_key) for t in tasks], scores=scores, episodes=episodes)
+    return EvalReport(labels=[task_label(t, label_key) for t in tasks], scores=scores, episodes=episodes,
+                      ids=[task_id(t, i) for i, t in enumerate(tasks)])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_lite.course.reproduce import LESSONS, Reproducible, aggregate
+from agentrl_lite.course.reproduce import LESSONS, Claim, Reproducible, aggregate
 from agentrl_lite.stats import mean_ci
 
-SPEC = Reproducible(notebook="x.ipynb", results="x", items="heldout", comparisons=(("rl", "sft"), ("rl", "absent")),
-                    scalars=("notebook_seconds",))
+SPEC = Reproducible(notebook="x.ipynb", results="x", items="heldout", primary=Claim("rl", "sft"),
+                    comparisons=(("rl", "sft"), ("rl", "absent")), scalars=("notebook_seconds",))
 
 
 def evaluation(correct, labels):
@@ -34,7 +34,9 @@ def test_aggregate_reports_each_seed_the_mean_and_the_paired_difference():
     comparison = out["comparisons"]["rl vs sft"]
     assert comparison["difference_per_seed"] == [0.5, 0.25, 0.5]
     assert [m["fixed"] for m in comparison["mcnemar_per_seed"]] == [2, 1, 2]
-    assert comparison["paired_bootstrap_over_items"]["estimate"] == pytest.approx(5 / 12)
+    assert comparison["bootstrap_over_seeds_and_items"]["estimate"] == pytest.approx(5 / 12)
+    assert out["records"]["ids"] == ["#0", "#1", "#2", "#3"]  # no ids in these records: positions
+    assert out["records"]["per_item"]["rl"]["correct"][1] == [1, 1, 0, 0]
     assert "rl vs absent" not in out["comparisons"]  # a stage the lesson did not evaluate is skipped
     assert out["scalars"]["notebook_seconds"]["per_seed"] == [100.0, 110.0, 90.0]
 
@@ -57,24 +59,85 @@ def test_every_reproducible_lesson_names_a_notebook_with_a_seed_parameter():
         assert tagged and "SEED =" in "".join(tagged[0]["source"]), f"lesson {lesson}: no SEED in a parameters cell"
 
 
-def test_a_gain_needs_both_intervals_above_zero():
+def test_a_study_from_before_the_rule_keeps_its_old_verdict_marked():
     from agentrl_lite.course.reproduce import verdict
 
     def comparison(seeds, items):
         return {"mean_over_seeds": dict(zip(("estimate", "low", "high"), seeds, strict=True)),
                 "paired_bootstrap_over_items": dict(zip(("estimate", "low", "high"), items, strict=True))}
 
-    assert verdict(comparison((0.2, 0.05, 0.35), (0.2, 0.1, 0.3))) == "gain"
-    assert verdict(comparison((0.2, -0.1, 0.5), (0.2, 0.1, 0.3))) == "not shown (items only)"
-    assert verdict(comparison((0.05, -0.1, 0.2), (0.05, -0.02, 0.12))) == "not shown"
-    assert verdict(comparison((-0.2, -0.3, -0.1), (-0.2, -0.3, -0.1))) == "loss"
+    assert verdict(comparison((0.2, 0.05, 0.35), (0.2, 0.1, 0.3))) == "gain (old rule)"
+    assert verdict(comparison((0.2, -0.1, 0.5), (0.2, 0.1, 0.3))) == "not shown (items only; old rule)"
+    assert verdict(comparison((0.05, -0.1, 0.2), (0.05, -0.02, 0.12))) == "not shown (old rule)"
+    assert verdict(comparison((-0.2, -0.3, -0.1), (-0.2, -0.3, -0.1))) == "loss (old rule)"
+
+
+def _study(seeds: int, items: int, gain: float, seed: int = 0) -> dict[int, dict]:
+    """Per-seed records of three stages on `items` held-out items with ids: "rl" solves `gain` more of them
+    than "sft", "other" is "sft" with its answers flipped on a few items; tool calls per item too."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in range(seeds):
+        sft = (rng.random(items) < 0.4).astype(int)
+        rl = np.where(rng.random(items) < gain, 1, sft)
+        other = np.where(rng.random(items) < 0.05, 1 - sft, sft)
+        stages = {name: {"correct": v.tolist(), "accuracy": float(v.mean()), "ids": [f"q{i}" for i in range(items)],
+                         "tool_calls": (v + 1).tolist()} for name, v in (("sft", sft), ("rl", rl), ("other", other))}
+        out[s] = {"model": "m", "metrics": {"heldout": stages, "notebook_seconds": 1.0}}
+    return out
+
+
+def test_the_primary_claim_is_judged_alone_and_the_secondary_ones_with_holm():
+    from agentrl_lite.course.reproduce import comparison_rows, primary_claim, recompute, summarise
+    from agentrl_lite.stats import holm
+
+    spec = Reproducible(notebook="x.ipynb", results="x", items="heldout", primary=Claim("rl", "sft"),
+                        comparisons=(("rl", "sft"), ("other", "sft"), ("rl", "other")))
+    out = summarise(spec, _study(5, 120, 0.3))
+    primary = primary_claim(out)
+    assert primary["role"] == "primary" and primary["verdict"] == "gain" and primary["expected"] == "gain"
+    assert primary["p_for_verdict"] == primary["p_value"] == max(primary["t_p_value"], primary["bootstrap_p_value"])
+    secondary = [c for c in out["comparisons"].values() if c["role"] == "secondary"]
+    assert len(secondary) == 2, "the primary pair is not tested again as a secondary claim"
+    assert [c["p_for_verdict"] for c in secondary] == holm([c["p_value"] for c in secondary])
+    assert [row["role"] for row in comparison_rows(out)] == ["primary", "secondary", "secondary"]
+    # too few seeds for the primary claim: no verdict, however large the gain
+    assert primary_claim(summarise(spec, _study(4, 120, 0.3)))["verdict"].startswith("not tested (4 seeds")
+    # the file alone gives back every claim
+    assert recompute(spec, out)["comparisons"] == out["comparisons"]
+
+
+def test_a_claim_on_tool_calls_is_judged_in_its_own_words():
+    from agentrl_lite.course.reproduce import primary_claim, summarise
+
+    spec = Reproducible(notebook="x.ipynb", results="x", items="heldout",
+                        primary=Claim("sft", "rl", measure="tool_calls", expected="lower"), comparisons=())
+    out = summarise(spec, _study(5, 120, 0.4))
+    primary = primary_claim(out)
+    assert primary["measure"] == "tool_calls" and primary["verdict"] == "lower" and primary["mcnemar_per_seed"] == []
+    assert out["records"]["per_item"]["rl"]["tool_calls"][0][:3] == [x + 1 for x in out["records"]["per_item"]["rl"]["correct"][0][:3]]
+
+
+def test_seeds_that_scored_different_item_ids_are_refused():
+    records = _study(2, 10, 0.2)
+    records[1]["metrics"]["heldout"]["rl"]["ids"] = [f"z{i}" for i in range(10)]
+    with pytest.raises(ValueError, match="different held-out items"):
+        aggregate(SPEC, records)
+
+
+def test_every_lesson_declares_one_primary_claim_on_stages_it_evaluates():
+    for lesson, spec in LESSONS.items():
+        assert isinstance(spec.primary, Claim), lesson
+        assert spec.primary.expected in ("gain", "lower", "higher"), lesson
 
 
 def test_a_second_measure_is_summarised_like_the_first():
     from agentrl_lite.course.reproduce import summarise
 
-    spec = Reproducible(notebook="x.ipynb", results="x", items="heldout", comparisons=(("rl", "sft"),),
-                        scalars=("notebook_seconds",), also=("faster",))
+    spec = Reproducible(notebook="x.ipynb", results="x", items="heldout", primary=Claim("rl", "sft"),
+                        comparisons=(("rl", "sft"),), scalars=("notebook_seconds",), also=("faster",))
     records = {s: record([0, 0, 1, 0], [1, 0, 1, 1], 1.0) for s in (0, 1)}
     for s in records:
         records[s]["metrics"]["faster"] = {"sft": evaluation([0, 0, 0, 0], list("aabb")),
@@ -105,8 +168,8 @@ def test_every_reproducible_lesson_compares_stages_its_committed_results_file_ha
 def test_seed_study_tables_hold_every_part_of_the_summary():
     from agentrl_lite.course.reproduce import seed_study_tables, summarise
 
-    spec = Reproducible(notebook="x.ipynb", results="x", items="heldout", comparisons=(("rl", "sft"),),
-                        scalars=("notebook_seconds",), also=("faster",))
+    spec = Reproducible(notebook="x.ipynb", results="x", items="heldout", primary=Claim("rl", "sft"),
+                        comparisons=(("rl", "sft"),), scalars=("notebook_seconds",), also=("faster",))
     records = {s: record([0, 0, 1, 0], [1, 0, 1, s % 2], 100.0 + s) for s in (0, 1, 2)}
     for s in records:
         records[s]["metrics"]["faster"] = {"sft": evaluation([0, 0, 0, 0], list("aabb")),
@@ -115,6 +178,7 @@ def test_seed_study_tables_hold_every_part_of_the_summary():
     assert list(tables) == ["held-out accuracy per stage", "claims", "faster: claims", "other measures"]
     assert [row["stage"] for row in tables["held-out accuracy per stage"]] == ["sft", "rl"]
     assert tables["claims"][0]["difference per seed"] == "+0.250, +0.500, +0.250"
+    assert tables["claims"][0]["role"] == "primary" and tables["faster: claims"][0]["role"] == "secondary"
     assert tables["other measures"][0]["per seed"] == "100, 101, 102"
 
 

@@ -193,23 +193,23 @@ NO_LEARNING_CLAIM = ("00", "02")
 
 
 def lesson_status(lesson: str, results_dir: Path) -> str:
-    """The README's status mark, by one rule: ✅ when the lesson claims no learning, or its claim holds over ≥ 3 seeds
-    (a multi-seed study whose first comparison is a gain by `reproduce.verdict`, or seeds inside the lesson's own
-    file); 🟡 when it runs with a committed result but the claim rests on one seed or an interval that crosses
-    zero; ◻ when nothing is committed yet."""
-    from agentrl_lite.course.reproduce import verdict
+    """The README's status mark, by one rule: ✅ when the lesson claims no learning, its own results file holds
+    ≥ 3 seeds (lessons 01 and 03: seconds per seed), or its primary claim holds (a multi-seed study whose
+    primary claim's verdict is the one the lesson predicted, `reproduce.summarise`); 🟡 when it runs with a
+    committed result but its primary claim is not shown, or its study predates the rule (no primary claim);
+    ◻ when nothing is committed yet."""
+    from agentrl_lite.course.reproduce import primary_claim
 
     folder = results_dir / "lessons"
     seeds_files = sorted(folder.glob(f"{lesson}_*_seeds.json"))
-    own = [json.loads(p.read_text()) for p in sorted(folder.glob(f"{lesson}_*.json"))
-           if p not in seeds_files and "_tune_" not in p.name]
+    own = [p for p in sorted(folder.glob(f"{lesson}_*.json")) if p not in seeds_files and "_tune_" not in p.name]
     if not own and not seeds_files:
         return "◻"
-    if lesson in NO_LEARNING_CLAIM or any(len(r["metrics"].get("seeds", [])) >= 3 for r in own):
+    if lesson in NO_LEARNING_CLAIM or any(len(json.loads(p.read_text())["metrics"].get("seeds", [])) >= 3 for p in own):
         return "✅"
     for path in seeds_files:
-        comparisons = list(json.loads(path.read_text())["metrics"].get("comparisons", {}).values())
-        if comparisons and verdict(comparisons[0]) == "gain":
+        primary = primary_claim(json.loads(path.read_text())["metrics"])
+        if primary and primary["verdict"] == primary.get("expected", "gain"):
             return "✅"
     return "🟡"
 
@@ -257,26 +257,28 @@ def render_lesson_headlines(results_dir: Path) -> str:
 
 
 def render_seed_studies(results_dir: Path) -> str:
-    """Every committed multi-seed study (`make reproduce`): each claim's difference per seed, its intervals over
-    seeds and over items, and the verdict of the course's rule (`reproduce.verdict`)."""
+    """Every committed multi-seed study (`make reproduce`): each claim's role (primary, or secondary with Holm's
+    adjustment within the lesson), difference per seed, interval over seeds, bootstrap interval, p-value and
+    verdict (`reproduce.comparison_rows`); a study written before the rule says "old rule"."""
     from agentrl_lite.course.reproduce import comparison_rows
 
     paths = [p for p in sorted((results_dir / "lessons").glob("*_seeds.json"))
              if "comparisons" in json.loads(p.read_text())["metrics"]]
     if not paths:
         return "No multi-seed study is committed yet."
-    lines = ["| lesson | claim (held-out accuracy) | difference per seed | mean over seeds [95% t] | "
-             "over items [95% paired bootstrap] | verdict | run |", "|---|---|---|---|---|---|---|"]
+    lines = ["| lesson | claim | role | difference per seed | mean over seeds [95% t] | bootstrap [95%] | "
+             "p (Holm if secondary) | verdict | run |", "|---|---|---|---|---|---|---|---|---|"]
     for path in paths:
         record = json.loads(path.read_text())
         seeds = ", ".join(map(str, record["metrics"]["seeds"]))
         rows = [*comparison_rows(record["metrics"]),  # and a lesson's second measure, named (lesson 10's fast_1)
-                *({**row, "comparison": f"{measure}: {row['comparison']}"}
+                *({**row, "claim": f"{measure}: {row['claim']}"}
                   for measure, summary in record["metrics"].get("also", {}).items() for row in comparison_rows(summary))]
         for row in rows:
-            lines.append(f"| {path.name[:2]} | {row['comparison']} | {row['difference per seed']} | "
-                         f"{row['mean over seeds [95% t]']} | {row['over items [95% paired bootstrap]']} | "
-                         f"{row['verdict']} | seeds {seeds}, {record['date'][:10]}, `results/lessons/{path.name}` |")
+            lines.append(f"| {path.name[:2]} | {row['claim']} | {row['role']} | {row['difference per seed']} | "
+                         f"{row['mean over seeds [95% t]']} | {row['bootstrap [95%]']} | "
+                         f"{row['p (Holm if secondary)']} | {row['verdict']} | "
+                         f"seeds {seeds}, {record['date'][:10]}, `results/lessons/{path.name}` |")
     return "\n".join(lines)
 
 

@@ -1,18 +1,23 @@
 """Reproduce a lesson's measured pipeline over several seeds (course tooling).
 
 One run of a lesson is one SFT start and one RL seed; its held-out numbers move from seed to seed by more than
-most of the gains a small model makes. `agentrl-lite reproduce 09 --seeds 0 1 2` executes the lesson's notebook
-once per seed (papermill sets `SEED`, which seeds the cold start, the RL run and the sampling), each into its
-own folder under runs/, then writes `results/lessons/<lesson results>_seeds.json`:
+most of the gains a small model makes. `agentrl-lite reproduce 09 --seeds 0 1 2 3 4` executes the lesson's
+notebook once per seed (papermill sets `SEED`, which seeds the cold start, the RL run and the sampling), each into
+its own folder under runs/, then writes `results/lessons/<lesson results>_seeds.json`:
 
 - per stage (raw, SFT, SFT + GRPO, ...): every seed's held-out accuracy and per-label accuracy, and the mean
   over seeds with a Student-t interval (`stats.mean_ci`);
-- per comparison (e.g. "SFT + GRPO" against "SFT agent"): each seed's paired difference on the same held-out
-  items and its exact McNemar test, the mean difference over seeds with its t interval, and a paired bootstrap
-  interval over items of the seed-averaged per-item scores (`stats.paired_bootstrap`).
+- `records`: the held-out item ids and, per stage, every seed's per-item outcomes, so anyone can recompute every
+  number and verdict from the file alone (`tests/test_seed_studies.py` does);
+- per claim: the lesson's one **primary** claim, declared here before the run that tests it (`Reproducible.
+  primary`), and its **secondary** claims (`comparisons`): each seed's paired difference and exact McNemar test,
+  the t interval over seeds, the two-level bootstrap over seeds and items, the p-value, Holm-adjusted within
+  the lesson for the secondary claims, and the verdict (`stats.claim_verdict`; the rule and its reasons are in
+  `stats`' docstring).
 
 A lesson can be reproduced when its results file stores, for every evaluated stage, the per-item `correct`
-vector of the same held-out items in every seed (the held-out subset must not depend on the seed).
+vector (and `ids`) of the same held-out items in every seed (the held-out subset must not depend on the seed).
+Studies written before the rule (no `records`) keep their old verdicts, marked "old rule" in every table.
 """
 
 from __future__ import annotations
@@ -29,10 +34,29 @@ from agentrl_lite.course.budgets import CELL_TIMEOUT_S
 from agentrl_lite.course.profiles import resolve_profile
 from agentrl_lite.course.results import metric, result_path, results_root, write_results
 from agentrl_lite.paths import course_root
-from agentrl_lite.stats import mcnemar, mean_ci, paired_bootstrap
+from agentrl_lite.stats import claim_test, claim_verdict, holm, mcnemar, mean_ci
 
 NOTEBOOK_SEED = 0
 """the SEED a lesson's notebook runs with: that seed's results also become the lesson's committed results file"""
+RULE = 2
+"""the version of the claim rule a summary was written under: 2 is `stats.claim_test` with a primary claim and
+Holm; a summary without `rule` was written under the old rule (both intervals, no multiplicity control)"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a lesson: stage `after` against stage `before` on the same held-out items, on the per-item
+    vector `measure` of each stage's evaluation ("correct": accuracy; "tool_calls": calls per episode)."""
+
+    after: str
+    before: str
+    measure: str = "correct"
+    expected: str = "gain"
+    """the verdict the lesson predicts, declared with the claim (the test itself is two-sided)"""
+
+    @property
+    def name(self) -> str:
+        return f"{self.after} vs {self.before}" + ("" if self.measure == "correct" else f" ({self.measure})")
 
 
 @dataclass(frozen=True)
@@ -46,8 +70,12 @@ class Reproducible:
     items: str
     """dotted path, inside the results' metrics, of the stage → evaluation mapping; each evaluation holds
     `correct` (per held-out item), `accuracy` and `by_label`"""
+    primary: Claim
+    """the effect the lesson exists to show, declared before the study that tests it: tested alone at α = 0.05
+    over at least `stats.MIN_SEEDS_PRIMARY` seeds"""
     comparisons: tuple[tuple[str, str], ...]
-    """(after, before) stage pairs whose paired differences are the lesson's claims"""
+    """(after, before) stage pairs on accuracy: the lesson's secondary claims, Holm-adjusted together with its
+    `also` measures' claims (a pair equal to the primary claim is not tested twice)"""
     scalars: tuple[str, ...] = ()
     """other metrics (dotted paths) reported per seed with a mean and interval, e.g. "notebook_seconds\""""
     also: tuple[str, ...] = ()
@@ -58,6 +86,7 @@ class Reproducible:
 LESSONS: dict[str, Reproducible] = {
     "04": Reproducible(
         notebook="04_grpo_on_an_llm.ipynb", results="04_grpo_on_an_llm", items="heldout",
+        primary=Claim("GRPO (dapo)", "start"),
         comparisons=(("GRPO (dapo)", "start"), ("TRL GRPO (dapo)", "start"), ("GRPO (dapo)", "TRL GRPO (dapo)"),
                      ("GRPO (grpo)", "GRPO (dapo)"), ("GRPO (dr_grpo)", "GRPO (dapo)"),
                      # section 7: an int8 sampler, uncorrected against the policy sampling, and each correction
@@ -69,6 +98,7 @@ LESSONS: dict[str, Reproducible] = {
     ),
     "10": Reproducible(
         notebook="10_kernel_generation_rl.ipynb", results="10_kernel_generation_rl", items="heldout",
+        primary=Claim("SFT + GRPO", "SFT"),
         comparisons=(("SFT + GRPO", "SFT"), ("SFT", "raw model"), ("SFT + GRPO", "raw model")),
         scalars=("notebook_seconds", "sft.seconds", "grpo.seconds", "heldout.SFT.reward", "heldout.SFT + GRPO.reward",
                  "validation.SFT.fast_0", "validation.SFT + GRPO.fast_0"),
@@ -76,6 +106,7 @@ LESSONS: dict[str, Reproducible] = {
     ),
     "11": Reproducible(
         notebook="11_memory_agents.ipynb", results="11_memory_agents", items="heldout",
+        primary=Claim("SFT + GRPO", "SFT"),
         comparisons=(("SFT + GRPO", "SFT"), ("SFT + GRPO", "append-only"), ("SFT", "append-only"),
                      ("SFT + GRPO", "last-write-wins"), ("oracle", "append-only")),
         scalars=("notebook_seconds", "answer_agent.seconds", "sft.seconds", "grpo.seconds",
@@ -86,6 +117,7 @@ LESSONS: dict[str, Reproducible] = {
     ),
     "05": Reproducible(
         notebook="05_rl_for_tool_calls.ipynb", results="05_rl_for_tool_calls", items="synthetic_heldout",
+        primary=Claim("SFT + GRPO fine", "SFT"),
         comparisons=(("SFT + GRPO fine", "SFT"), ("SFT + GRPO coarse", "SFT"), ("SFT + GRPO fine", "SFT + GRPO coarse"),
                      ("SFT", "raw")),
         scalars=("notebook_seconds", "bfcl.SFT.overall", "bfcl.SFT + GRPO coarse.overall",
@@ -94,12 +126,14 @@ LESSONS: dict[str, Reproducible] = {
     ),
     "06": Reproducible(
         notebook="06_multi_turn_agentic_grpo.ipynb", results="06_agentic_grpo", items="heldout",
+        primary=Claim("after SFT + GRPO", "after SFT"),
         comparisons=(("after SFT + GRPO", "after SFT"), ("after SFT", "base, with tools")),
         scalars=("notebook_seconds", "heldout.after SFT.calls_per_episode",
                  "heldout.after SFT + GRPO.calls_per_episode"),
     ),
     "07": Reproducible(
         notebook="07_tool_efficiency.ipynb", results="07_tool_efficiency", items="heldout",
+        primary=Claim("GRPO, OTC reward", "GRPO, correct reward", measure="tool_calls", expected="lower"),
         comparisons=(("GRPO, correct reward", "after SFT"), ("GRPO, OTC reward", "after SFT"),
                      ("GRPO, OTC reward", "GRPO, correct reward")),
         scalars=("notebook_seconds", *(f"heldout.{stage}.{measure}"
@@ -108,6 +142,7 @@ LESSONS: dict[str, Reproducible] = {
     ),
     "08": Reproducible(
         notebook="08_credit_assignment.ipynb", results="08_credit_assignment", items="heldout",
+        primary=Claim("GRPO, step-grouped", "after SFT"),
         comparisons=(("GRPO, broadcast", "after SFT"), ("GRPO, discounted", "after SFT"),
                      ("GRPO, step-grouped", "after SFT"), ("GRPO, step-grouped", "GRPO, broadcast"),
                      ("GRPO, discounted", "GRPO, broadcast")),
@@ -116,6 +151,7 @@ LESSONS: dict[str, Reproducible] = {
     ),
     "09": Reproducible(
         notebook="09_agentic_search.ipynb", results="09_agentic_search", items="heldout",
+        primary=Claim("SFT + GRPO", "SFT agent"),
         comparisons=(("SFT + GRPO", "SFT agent"), ("SFT + GRPO", "closed-book, cold-started"),
                      ("SFT + GRPO", "one-shot RAG, cold-started"), ("SFT agent", "closed-book, cold-started"),
                      ("SFT agent", "one-shot RAG, cold-started")),
@@ -128,8 +164,22 @@ LESSONS: dict[str, Reproducible] = {
 }
 
 
-def aggregate(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The multi-seed summary of one lesson from its per-seed results records (seed → record)."""
+def _item_ids(evaluations: dict[int, dict[str, Any]], seeds: list[int], stages: list[str]) -> list[str]:
+    """The held-out item ids every stage of every seed scored (the same in each), or their positions ("#0", ...)
+    when the results file predates ids."""
+    seen = {tuple(evaluations[s][stage]["ids"]) for s in seeds for stage in stages if evaluations[s][stage].get("ids")}
+    if len(seen) > 1:
+        raise ValueError(f"the seeds' stages scored different held-out items ({len(seen)} different id lists)")
+    if seen:
+        return [str(i) for i in seen.pop()]
+    return [f"#{i}" for i in range(len(evaluations[seeds[0]][stages[0]]["correct"]))]
+
+
+def aggregate(spec: Reproducible, records: dict[int, dict[str, Any]],
+              claims: list[Claim] | None = None) -> dict[str, Any]:
+    """The multi-seed summary of one lesson's `spec.items` from its per-seed results records (seed → record): the
+    stages, the per-item records, the scalars, and each claim's test (`stats.claim_test`; default: the
+    `comparisons`, on accuracy). Roles, Holm's adjustment and verdicts are `summarise`'s."""
     seeds = sorted(records)
     evaluations = {s: metric(records[s], spec.items) for s in seeds}
     stages = list(evaluations[seeds[0]])
@@ -139,11 +189,22 @@ def aggregate(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[st
         sizes = {len(evaluations[s][stage]["correct"]) for stage in stages}
         if sizes != {len(evaluations[seeds[0]][stages[0]]["correct"])}:
             raise ValueError(f"seed {s}: stages scored different numbers of items {sizes}")
+    claims = [Claim(a, b) for a, b in spec.comparisons] if claims is None else claims
+    claims = [c for c in claims if c.after in stages and c.before in stages]  # a stage the lesson did not evaluate
 
-    def correct(stage: str) -> np.ndarray:  # (seeds, items)
-        return np.array([evaluations[s][stage]["correct"] for s in seeds], dtype=float)
+    def per_item(stage: str, measure: str) -> np.ndarray:  # (seeds, items)
+        missing = [s for s in seeds if measure not in evaluations[s][stage]]
+        if missing:
+            raise ValueError(f"stage {stage!r} has no per-item {measure!r} in seeds {missing}")
+        return np.array([evaluations[s][stage][measure] for s in seeds], dtype=float)
 
-    out: dict[str, Any] = {"seeds": seeds, "n_items": int(correct(stages[0]).shape[1]), "stages": {}, "comparisons": {}}
+    measures = {stage: ["correct", *dict.fromkeys(c.measure for c in claims if stage in (c.after, c.before)
+                                                  and c.measure != "correct")] for stage in stages}
+    out: dict[str, Any] = {"seeds": seeds, "n_items": int(per_item(stages[0], "correct").shape[1]), "stages": {},
+                           "records": {"ids": _item_ids(evaluations, seeds, stages),
+                                       "per_item": {stage: {m: per_item(stage, m).tolist() for m in measures[stage]}
+                                                    for stage in stages}},
+                           "comparisons": {}}
     for stage in stages:
         accuracy = [float(evaluations[s][stage]["accuracy"]) for s in seeds]
         labels = list(evaluations[seeds[0]][stage].get("by_label", {}))
@@ -152,17 +213,11 @@ def aggregate(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[st
             "by_label": {label: {"per_seed": (v := [float(evaluations[s][stage]["by_label"][label]) for s in seeds]),
                                  **mean_ci(v).to_dict()} for label in labels},
         }
-    for after, before in spec.comparisons:
-        if after not in stages or before not in stages:
-            continue
-        a, b = correct(after), correct(before)
-        per_seed = [float(x) for x in (a - b).mean(1)]
-        out["comparisons"][f"{after} vs {before}"] = {
-            "after": after, "before": before,
-            "difference_per_seed": per_seed,
-            "mean_over_seeds": mean_ci(per_seed).to_dict(),
-            "paired_bootstrap_over_items": paired_bootstrap(a, b).to_dict(),
-            "mcnemar_per_seed": [mcnemar(a[i], b[i]) for i in range(len(seeds))],
+    for claim in claims:
+        a, b = per_item(claim.after, claim.measure), per_item(claim.before, claim.measure)
+        out["comparisons"][claim.name] = {
+            "after": claim.after, "before": claim.before, "measure": claim.measure, **claim_test(a, b),
+            "mcnemar_per_seed": [mcnemar(a[i], b[i]) for i in range(len(seeds))] if claim.measure == "correct" else [],
         }
     out["scalars"] = {}
     for path in spec.scalars:
@@ -171,12 +226,64 @@ def aggregate(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[st
     return out
 
 
+def _judge(comparison: dict[str, Any], p_value: float, seeds: int, role: str) -> None:
+    """Write a claim's role, its p-value for the verdict (Holm-adjusted for a secondary claim) and its verdict,
+    in the measure's words ("gain"/"loss" on accuracy, "higher"/"lower" on another measure)."""
+    found = claim_verdict(comparison["mean_over_seeds"]["estimate"], p_value, seeds, primary=role == "primary")
+    if comparison["measure"] != "correct":
+        found = {"gain": "higher", "loss": "lower"}.get(found, found)
+    comparison.update(role=role, p_for_verdict=p_value, verdict=found)
+
+
 def summarise(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """`aggregate` of the lesson's items, and of each of its `also` measures under `["also"][path]`."""
-    summary = aggregate(spec, records)
+    """`aggregate` of the lesson's items with its primary and secondary claims, and of each of its `also`
+    measures (under `["also"][path]`, every comparison a secondary claim); the primary claim is judged alone, the secondary
+    claims of all of them together, Holm-adjusted (`stats` docstring)."""
+    secondary = [c for c in (Claim(a, b) for a, b in spec.comparisons) if c != spec.primary]
+    summary = aggregate(spec, records, [spec.primary, *secondary])
+    summary["rule"] = RULE
     if spec.also:
-        summary["also"] = {path: aggregate(replace(spec, items=path, scalars=(), also=()), records) for path in spec.also}
+        # another measure of the same stages: every pair is a claim of its own there, the primary pair included
+        summary["also"] = {path: aggregate(replace(spec, items=path, scalars=(), also=()), records)
+                           for path in spec.also}
+    n_seeds = len(summary["seeds"])
+    family = [c for part in (summary, *summary.get("also", {}).values())
+              for name, c in part["comparisons"].items() if part is not summary or name != spec.primary.name]
+    for comparison, adjusted in zip(family, holm([c["p_value"] for c in family]), strict=True):
+        _judge(comparison, adjusted, n_seeds, "secondary")
+    if spec.primary.name in summary["comparisons"]:
+        primary = summary["comparisons"][spec.primary.name]
+        _judge(primary, primary["p_value"], n_seeds, "primary")
+        primary["expected"] = spec.primary.expected
     return summary
+
+
+def recompute(spec: Reproducible, summary: dict[str, Any]) -> dict[str, Any]:
+    """Summarise a multi-seed study again from its own per-item records alone (`records`, and each `also`
+    measure's), with the lesson's claims: what a reader does to check a seeds file. Returns the new summary;
+    its claims must equal the file's (`tests/test_seed_studies.py`)."""
+    if "records" not in summary:
+        raise ValueError("this study predates per-item records (old rule): it cannot be recomputed from its file")
+    parts = {spec.items: summary, **summary.get("also", {})}
+    seeds = summary["seeds"]
+    records: dict[int, dict[str, Any]] = {seed: {"metrics": {}} for seed in seeds}
+    for path, part in parts.items():
+        ids = part["records"]["ids"]
+        for index, seed in enumerate(seeds):
+            node = records[seed]["metrics"]
+            for key in path.split(".")[:-1]:
+                node = node.setdefault(key, {})
+            node[path.split(".")[-1]] = {
+                stage: {"ids": ids, "accuracy": float(np.mean(measures["correct"][index])),
+                        **{measure: values[index] for measure, values in measures.items()}}
+                for stage, measures in part["records"]["per_item"].items()}
+    return summarise(replace(spec, scalars=()), records)
+
+
+def claims_of(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every claim of a summary by name ("<measure>: " before an `also` measure's), for comparing two summaries."""
+    return {**summary["comparisons"], **{f"{measure}: {name}": c for measure, part in summary.get("also", {}).items()
+                                         for name, c in part["comparisons"].items()}}
 
 
 def variant_name(results: str, parameters: dict[str, Any] | None) -> str:
@@ -289,16 +396,24 @@ def resummarise(lesson: str, run_dir: str | Path, parameters: dict[str, Any] | N
 
 
 def verdict(comparison: dict[str, Any]) -> str:
-    """The course's rule for calling a difference a gain: both intervals, over seeds (t) and over items (paired
-    bootstrap of the seed-averaged scores), exclude zero on the same side."""
+    """A claim's verdict: the one its summary stores (`summarise`, the current rule), or, for a study written
+    before it, the old rule's (both intervals, over seeds and over items, exclude zero on the same side; no
+    multiplicity control), marked "old rule"."""
+    if "verdict" in comparison:
+        return comparison["verdict"]
     seeds, items = comparison["mean_over_seeds"], comparison["paired_bootstrap_over_items"]
     if seeds["low"] > 0 and items["low"] > 0:
-        return "gain"
+        return "gain (old rule)"
     if seeds["high"] < 0 and items["high"] < 0:
-        return "loss"
+        return "loss (old rule)"
     if items["low"] > 0 or items["high"] < 0:
-        return "not shown (items only)"
-    return "not shown"
+        return "not shown (items only; old rule)"
+    return "not shown (old rule)"
+
+
+def primary_claim(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The primary claim of a multi-seed summary (None for a study written before the rule)."""
+    return next((c for c in summary.get("comparisons", {}).values() if c.get("role") == "primary"), None)
 
 
 def seed_study_tables(summary: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -333,13 +448,23 @@ def stage_rows(summary: dict[str, Any], labels: bool = True) -> list[dict[str, A
 
 
 def comparison_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Table rows of a multi-seed summary's comparisons: per-seed differences, both intervals, McNemar's p per
-    seed, and the verdict (`verdict`)."""
-    return [{"comparison": name, "difference per seed": ", ".join(f"{d:+.3f}" for d in c["difference_per_seed"]),
-             "mean over seeds [95% t]": _interval(c["mean_over_seeds"]),
-             "over items [95% paired bootstrap]": _interval(c["paired_bootstrap_over_items"]),
-             "McNemar p per seed": ", ".join(f"{m['p_value']:.2g}" for m in c["mcnemar_per_seed"]),
-             "verdict": verdict(c)} for name, c in summary["comparisons"].items()]
+    """Table rows of a multi-seed summary's claims: the role (primary, or secondary with Holm's adjustment),
+    per-seed differences, the t interval over seeds, the bootstrap interval (over seeds and items; over items
+    for a study under the old rule), the p-value the verdict used, McNemar's p per seed, and the verdict."""
+    rows = []
+    for name, c in summary["comparisons"].items():
+        current = "role" in c
+        bootstrap = c["bootstrap_over_seeds_and_items"] if current else c["paired_bootstrap_over_items"]
+        p = c.get("p_for_verdict")
+        rows.append({
+            "claim": name, "role": c["role"] if current else "old rule",
+            "difference per seed": ", ".join(f"{d:+.3f}" for d in c["difference_per_seed"]),
+            "mean over seeds [95% t]": _interval(c["mean_over_seeds"]),
+            "bootstrap [95%]": _interval(bootstrap) + ("" if current else " (items)"),
+            "p (Holm if secondary)": "—" if p is None else f"{p:.2g}",
+            "McNemar p per seed": ", ".join(f"{m['p_value']:.2g}" for m in c["mcnemar_per_seed"]) or "—",
+            "verdict": verdict(c)})
+    return rows
 
 
 def tuning_rows(results: str, measures: dict[str, tuple[str, ...]],
