@@ -74,3 +74,28 @@ def test_every_rl_task_family_has_a_disjoint_validation_split(family, others):
     assert len(validation) >= 38
     for split in others:
         assert not validation & questions(split), f"{family}: validation overlaps {split}"
+
+
+def _two_step(rows):
+    return [r for r in rows if len(r["steps"]) <= 2]
+
+
+@pytest.mark.parametrize("family,retired,scored", [
+    # family, its retired held-out set (probes looked at it), the part of the held-out file its lessons score
+    ("word_problems", "agentrl_lite.tasks.word_problems:retired_heldout", _two_step),  # lessons 06 and 08
+])
+def test_renewed_heldout_sets_are_new_large_and_disjoint(family, retired, scored):
+    """A renewed held-out set shares no question and no id with the held-out set it replaced, nor with any
+    split used for training or choices, and its lessons score at least 100 of its items."""
+    import importlib
+
+    module, name = retired.split(":")
+    old = getattr(importlib.import_module(module), name)()
+    heldout = read_jsonl(DATA_DIR / f"{family}_heldout.jsonl")
+    assert len(scored(heldout)) >= 100
+    assert not {r["id"] for r in heldout} & {r["id"] for r in old}
+    questions = {r["question"] for r in heldout}
+    assert not questions & {r["question"] for r in old}, "the new held-out set repeats a retired item"
+    for split in ("train", "validation", "sft"):
+        rows = read_jsonl(DATA_DIR / f"{family}_{split}.jsonl")
+        assert not questions & {r.get("question") or r["messages"][0]["content"] for r in rows}, split

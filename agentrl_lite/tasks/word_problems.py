@@ -125,21 +125,43 @@ def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     return messages
 
 
-def word_problem_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """RL training problems (all templates), held-out problems (all templates, 8 of each) and SFT
-    demonstrations (only `SFT_TEMPLATES`), pairwise disjoint by question."""
+HELDOUT_SIZE = 208
+"""held-out problems, 26 per template: 104 of the two-step templates lessons 06 and 08 score"""
+
+
+def _first_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The training problems, the retired first held-out set and the SFT demonstrations' problems, pairwise
+    disjoint by question. The retired set (64 problems, seed 32) was scored by single-seed selection probes
+    before validation splits existed, so it no longer measures anything; it is generated only to keep every
+    later split disjoint from it, and its draw still decides which demonstrations exist."""
     train = word_problem_tasks(400, seed=31, prefix="wp-train")
-    heldout = word_problem_tasks(64, seed=32, exclude={t["question"] for t in train}, prefix="wp-heldout")
-    seen = {t["question"] for t in train + heldout}
+    retired = word_problem_tasks(64, seed=32, exclude={t["question"] for t in train}, prefix="wp-heldout")
+    seen = {t["question"] for t in train + retired}
     sft_tasks = word_problem_tasks(48, seed=33, templates=SFT_TEMPLATES, exclude=seen, prefix="wp-sft")
+    return train, retired, sft_tasks
+
+
+def word_problem_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """RL training problems (all templates), held-out problems (all templates, `HELDOUT_SIZE` of them, drawn from
+    a seed no earlier file used, disjoint from every other split and from the retired first held-out set) and
+    SFT demonstrations (only `SFT_TEMPLATES`)."""
+    train, retired, sft_tasks = _first_splits()
+    seen = {t["question"] for t in train + retired + sft_tasks + word_problem_validation()}
+    heldout = word_problem_tasks(HELDOUT_SIZE, seed=36, exclude=seen, prefix="wp-test")
     demos = [{**t, "messages": demonstration(t)} for t in sft_tasks]
     return train, heldout, demos
 
 
+def retired_heldout() -> list[dict[str, Any]]:
+    """The first held-out set, retired (`_first_splits`): for tests that show no later split overlaps it."""
+    return _first_splits()[1]
+
+
 def word_problem_validation(n: int = 64) -> list[dict[str, Any]]:
-    """Problems for tuning (lessons 06 and 08): all templates, disjoint from `word_problem_splits`' three."""
-    train, heldout, demos = word_problem_splits()
-    seen = {t["question"] for t in train + heldout + demos}
+    """Problems for tuning (lessons 06 and 08): all templates, disjoint from the training problems, the
+    demonstrations and the retired held-out set (the new held-out set is drawn disjoint from these)."""
+    train, retired, sft_tasks = _first_splits()
+    seen = {t["question"] for t in train + retired + sft_tasks}
     return word_problem_tasks(n, seed=34, exclude=seen, prefix="wp-validation")
 
 
