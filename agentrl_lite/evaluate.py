@@ -20,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from agentrl_lite.env import Environment
 from agentrl_lite.episode import Episode
 from agentrl_lite.models import release_memory, sampling_copy
+from agentrl_lite.phases import timed
 from agentrl_lite.rewards import tool_productivity
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -159,6 +160,7 @@ class EvalReport:
                 "stop_reasons": self.stop_reasons}
 
 
+@timed("evaluation")
 def evaluate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,

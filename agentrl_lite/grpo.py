@@ -64,6 +64,7 @@ from agentrl_lite.models import (
     save_policy,
     use_bf16,
 )
+from agentrl_lite.phases import timed
 from agentrl_lite.rewards import RewardFunc, reward_kwargs
 from agentrl_lite.rollout import RolloutConfig, rollout_env
 
@@ -256,12 +257,14 @@ class GRPOTrainer:
         return out
 
     # --- rollout and reward ----------------------------------------------------------------------------
+    @timed("rl sampling")
     def sample_groups(self, tasks: list[dict]) -> list[Episode]:
         """`group_size` episodes per task, consecutive (the layout the advantages expect)."""
         self._sync_sampler(only_parked=True)  # an update that raised after parking it
         return rollout_env(self.sampler or self.model, self.tokenizer, self.env,
                            [t for t in tasks for _ in range(self.config.group_size)], self.config.rollout)
 
+    @timed("rl sampling")  # the rewards: a verifier inside is "environment"
     def score(self, episodes: list[Episode]) -> tuple[torch.Tensor, dict[str, float]]:
         """Weighted sum of the reward functions per episode; None (not applicable) counts as 0 in the sum.
 
@@ -406,6 +409,7 @@ class GRPOTrainer:
             [len(episodes[i].token_ids) for i in order], c.micro_batch_size, c.micro_batch_tokens, shared)]
         return order, chunks
 
+    @timed("rl update")
     def update(self, episodes: list[Episode], advantages: torch.Tensor) -> dict[str, float]:
         """`num_iterations` gradient steps of the clipped policy loss over the batch, in micro-batches.
 

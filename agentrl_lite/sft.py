@@ -20,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from agentrl_lite.chat import end_of_turn_id, render
 from agentrl_lite.logprobs import micro_batches, shared_with_previous, token_logprobs
 from agentrl_lite.models import adamw, large_tensors_mapped, release_memory, save_policy, use_bf16
+from agentrl_lite.phases import timed
 
 
 @dataclass
@@ -101,6 +102,7 @@ def tokenize_conversation(
     return ids, mask
 
 
+@timed("sft")
 def sft(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,

@@ -34,6 +34,7 @@ import numpy as np
 from transformers.utils import get_json_schema
 
 from agentrl_lite.chat import ToolCall, parse_tool_calls
+from agentrl_lite.phases import timed
 
 # ---------------------------------------------------------------------------------------------------------
 # calculator: an arithmetic evaluator that walks the syntax tree (never eval/exec)
@@ -457,6 +458,7 @@ class Toolbox:
                 return f"Error: {call.name}: argument {why}."
         return None
 
+    @timed("environment")
     def execute(self, call: ToolCall) -> str:
         """Run one call and return the observation the model will read. Never raises."""
         if (error := self.validate(call)) is not None:

@@ -216,6 +216,18 @@ def _keep_other_machine(old: dict | None, new: dict) -> dict:
     return {**new, "other_machine": other} if other else new
 
 
+def lesson_phase_seconds(run_dir: str | Path, notebook: str) -> dict[str, float] | None:
+    """The seconds by phase (`agentrl_lite.phases`) a notebook's run recorded in its own results file, found in the
+    run folder (a course run's results/ copies, or a seed folder's files) by the lesson's number; None when the
+    run predates phase timing."""
+    found = []
+    for path in sorted(Path(run_dir).rglob(f"{notebook[:2]}_*.json")):
+        metrics = json.loads(path.read_text()).get("metrics", {})
+        if isinstance(metrics, dict) and "phase_seconds" in metrics:
+            found.append((metrics.get("notebook_seconds", 0.0), metrics["phase_seconds"]))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
 def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Path:
     """Write `results/bench/course_<profile>.json` from whole-course run folders: every notebook's status and wall
     time against its budget, and the total (the README's runtime table reads it; smoke runs go to
@@ -225,6 +237,7 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
     with `make course LESSON=05` after a change to it; each notebook records the run it comes from.
     onto_committed: start from the committed file's notebooks (their run folders may be gone: runs/ is not
     committed), so one lesson's new run updates its row and leaves the others as they were measured.
+    A row carries `phase_seconds` where the lesson's results file recorded them (`lesson_phase_seconds`).
     A notebook row may carry `contended` (why its runtime is too long, written by hand after the run); a later run
     of that notebook replaces the row and drops it. `bf16`: whether its machine trained and sampled in bf16 (runs
     since 2026-11-29 record it; earlier rows carry it by hand, from results/bench/bench_bf16.json); a row replaced by a
@@ -248,10 +261,12 @@ def record_course_run(*run_dirs: str | Path, onto_committed: bool = False) -> Pa
         commands.insert(0, committed["command"])
     for run_dir, summary in zip(run_dirs, summaries, strict=True):
         for e in summary["notebooks"]:
+            phases = lesson_phase_seconds(run_dir, e["notebook"])
             row = {"status": e["status"], "seconds": e["seconds"], "peak_rss_mb": e.get("peak_rss_mb"),
                    "run_dir": _run_name(run_dir), "command": summary["command"],
                    "device": summary.get("device", device_name()),
-                   **({"bf16": summary["bf16"]} if "bf16" in summary else {})}
+                   **({"bf16": summary["bf16"]} if "bf16" in summary else {}),
+                   **({"phase_seconds": phases} if phases else {})}
             notebooks[e["notebook"]] = _keep_other_machine(notebooks.get(e["notebook"]), row)
     notebooks = dict(sorted(notebooks.items()))
     rows = {name: [n, *([n["other_machine"]] if "other_machine" in n else [])] for name, n in notebooks.items()}

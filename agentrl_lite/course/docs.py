@@ -314,6 +314,29 @@ BLOCKS: dict[str, Callable[[dict], str]] = {
     "course_cpu": render_course_cpu,
 }
 """block name = results file name → its renderer"""
+PHASE_BLOCK = "lesson_phases"
+"""block of the per-lesson phase table: rendered from results/bench/course_cpu.json like `course_cpu`"""
+
+
+def render_lesson_phases(results: dict) -> str:
+    """Where each lesson's cpu minutes go, by phase (`agentrl_lite.phases`), from the runtime table's rows that
+    recorded them; "rest" is the notebook's own work (loading, plotting, the toy studies) and anything unmarked."""
+    from agentrl_lite.phases import PHASES
+
+    rows = {name: n for name, n in results["metrics"]["notebooks"].items() if n.get("phase_seconds")}
+    if not rows:
+        return "No cpu run has recorded its phases yet (runs since phase timing was added do)."
+    lines = ["| lesson | total | " + " | ".join(PHASES) + " | rest | machine |",
+             "|---|---:|" + "---:|" * (len(PHASES) + 1) + "---|"]
+    for name, n in rows.items():
+        spent = n["phase_seconds"]
+        cells = [f"{spent.get(p, 0.0) / 60:.1f} ({100 * spent.get(p, 0.0) / n['seconds']:.0f} %)" for p in PHASES]
+        rest = n["seconds"] - sum(spent.values())
+        lines.append(f"| {name.removesuffix('.ipynb')} | {n['seconds'] / 60:.1f} min | " + " | ".join(cells)
+                     + f" | {rest / 60:.1f} ({100 * rest / n['seconds']:.0f} %) | {_short_device(n['device'])} |")
+    return "\n".join(lines) + "\n\nMinutes (share of the lesson's wall time)."
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "lesson_table": render_lesson_table,
     "lesson_headlines": render_lesson_headlines,
@@ -337,6 +360,9 @@ def render_blocks(text: str, results_dir: Path | None = None) -> str:
     for name, render in BLOCKS.items():
         if f"<!-- {name}:start -->" in text:
             text = _replace(text, name, render(json.loads(result_path(results_dir, "cpu", name).read_text())))
+    if f"<!-- {PHASE_BLOCK}:start -->" in text:
+        text = _replace(text, PHASE_BLOCK, render_lesson_phases(json.loads(
+            result_path(results_dir, "cpu", "course_cpu").read_text())))
     for name, render_dir in TABLES.items():
         if f"<!-- {name}:start -->" in text:
             text = _replace(text, name, render_dir(results_dir))

@@ -80,7 +80,14 @@ def write_results(
 
     When AGENTRL_RUN_DIR is set (by `make course`), a copy also goes to `$AGENTRL_RUN_DIR/results/` so
     the run's report can quote it.
+
+    A lesson's own results (metrics with `notebook_seconds`) also get `phase_seconds`: where this process's seconds
+    went so far, by phase (`agentrl_lite.phases`); `course_runs.record_course_run` copies them to the runtime table.
     """
+    from agentrl_lite.phases import totals
+
+    if "notebook_seconds" in metrics and "phase_seconds" not in metrics and (spent := totals()):
+        metrics = {**metrics, "phase_seconds": spent}
     record = {
         "profile": profile,
         "model": model,

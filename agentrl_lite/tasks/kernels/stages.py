@@ -37,6 +37,7 @@ import agentrl_lite.tasks.kernels.children as children
 import agentrl_lite.tasks.kernels.cpu_c as cpu_c
 import agentrl_lite.tasks.kernels.cuda as cuda
 import agentrl_lite.tasks.kernels.harness as harness
+from agentrl_lite.phases import timed
 from agentrl_lite.tasks.kernels.catalog import SHAPES, KernelTask
 
 CORRECTNESS_SEEDS = (0, 1, 2, 3, 4)
@@ -266,6 +267,7 @@ def tiered_reward(speedup: float) -> float:
     return CORRECT_BUT_SLOWER
 
 
+@timed("environment")
 def verify(task: KernelTask, reply: str, shape: str = "cpu", timing: bool = True,
            backend: str = "cpu_c") -> Verdict:
     """Every stage on one policy reply (the text holding a ```c block; a ```cuda block for backend="cuda").
