@@ -357,13 +357,51 @@ def _freeze_long_lived_objects() -> None:
         gc.freeze()
 
 
+TOOL_CALL_MARKERS = (("<tool_call>", "Hermes (<tool_call>{...}</tool_call>)"),
+                     ("[TOOL_CALLS]", "Mistral ([TOOL_CALLS][{...}])"),
+                     ("<|python_tag|>", "Llama-3 JSON (<|python_tag|>{...})"),
+                     ('"parameters"', "Llama-3 JSON ({\"name\": ..., \"parameters\": {...}})"))
+"""a text a chat template contains → the tool-call format it teaches its model, first match wins"""
+
+
+def template_tool_format(template: str | None) -> str | None:
+    """The tool-call format a chat template writes (`TOOL_CALL_MARKERS`), "unknown" when it renders tools in
+    a format not listed, None when it cannot render tools at all."""
+    if not template or "tools" not in template:
+        return None
+    return next((name for marker, name in TOOL_CALL_MARKERS if marker in template), "unknown")
+
+
+def speaks_chatml(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the vocabulary has ChatML's turn tokens as single tokens (the checkpoint was trained on ChatML)."""
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")]
+    return all(i is not None and i != tokenizer.unk_token_id for i in ids)
+
+
 def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
-    """Left padding (batched generation appends on the right), a pad token, and a template that renders tools."""
+    """Left padding (batched generation appends on the right), a pad token, and a template that renders tools.
+
+    The course's rollouts, SFT masks and tool-call parser speak ChatML turns with Hermes tool calls
+    (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`). A ChatML checkpoint keeps its own template when
+    that renders Hermes tool calls (Qwen2.5, Qwen3, Hermes-3); a ChatML checkpoint whose template cannot render
+    tools (the embedded SmolLM2) gets Qwen2.5's (`tool_chat_template`). Any other checkpoint is refused with an
+    error that names it and the format its template teaches (Llama-3's JSON, Mistral's [TOOL_CALLS]): a ChatML
+    template on a model that never saw `<|im_start|>` would load and then misbehave without a word."""
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    template = tokenizer.chat_template or ""
-    if "tools" not in template or "<|im_start|>" not in template:
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    found = template_tool_format(template)
+    if not speaks_chatml(tokenizer):
+        name = getattr(tokenizer, "name_or_path", "") or "this checkpoint"
+        teaches = f"its chat template writes {found} tool calls" if found else "its chat template cannot render tools"
+        raise ValueError(
+            f"{name} is not a ChatML model ({teaches}; its vocabulary has no <|im_start|>/<|im_end|> tokens). "
+            "agentrl_lite's rollouts, SFT and tool-call parser speak ChatML with Hermes tool calls "
+            "(<tool_call>{...}</tool_call>), and giving this model a ChatML template would train it on turn markers "
+            "it never saw. Use a ChatML checkpoint (SmolLM2, Qwen2.5, Qwen3, Hermes-3), or take the environment to "
+            "TRL with the model's own template (docs/scale.md).")
+    if found is None or not found.startswith("Hermes"):
         tokenizer.chat_template = tool_chat_template()
     return tokenizer
 
