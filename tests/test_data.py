@@ -2,8 +2,8 @@
 
 import pytest
 
-from agentrl_lite.course.data import build_all, load_dataset
-from agentrl_lite.tasks import DATA_DIR, read_jsonl
+from agentrl_lite.course.data import build_all
+from agentrl_lite.tasks import DATA_DIR, read_jsonl, task_dataset
 from agentrl_lite.tools import calculator
 
 
@@ -25,9 +25,15 @@ def test_gold_answers_agree_with_the_calculator():
         assert calculator(task["expression"]) == task["answer"], task
 
 
-def test_loads_with_datasets():
-    ds = load_dataset("arithmetic_heldout")
-    assert len(ds) == 128 and set(ds.column_names) >= {"question", "answer", "expression"}
+def test_task_files_load_as_datasets_with_the_same_rows():
+    ds = task_dataset("word_problems_heldout")
+    assert [dict(row) for row in ds] == read_jsonl(DATA_DIR / "word_problems_heldout.jsonl")  # lists survive too
+    assert [row["id"] for row in ds.select(range(3))] == [row["id"] for row in read_jsonl(
+        DATA_DIR / "word_problems_heldout.jsonl")[:3]]
+    with pytest.raises(ValueError, match="gold_calls"):  # records of varying shape would be padded with None
+        task_dataset("toolcall_heldout")
+    with pytest.raises(FileNotFoundError, match="agentrl-lite data"):
+        task_dataset("no_such_file")
 
 
 def test_small_arithmetic_split_is_disjoint_complete_and_right():
@@ -63,6 +69,7 @@ def test_identity_questions_are_distinct_disjoint_and_right():
     ("toolcall", ("train", "heldout", "sft")),
     ("word_problems", ("train", "heldout", "sft")),
     ("search", ("train", "heldout")),
+    ("sql", ("train", "heldout", "sft")),
 ])
 def test_every_rl_task_family_has_a_disjoint_validation_split(family, others):
     """Tuning probes read `<family>_validation.jsonl`; it shares no question with any other split."""

@@ -22,11 +22,16 @@ from agentrl_lite.tasks.arithmetic import (
 from agentrl_lite.tasks.function_calls import function_calling_splits, function_calling_validation
 from agentrl_lite.tasks.memory import memory_dialogues
 from agentrl_lite.tasks.search import SPLITS, demonstration, encyclopedia, search_questions
+from agentrl_lite.tasks.sql import KINDS as SQL_KINDS
+from agentrl_lite.tasks.sql import SqlDatabase, sql_splits
+from agentrl_lite.tasks.sql import demonstration as sql_demonstration
 from agentrl_lite.tasks.word_problems import word_problem_splits, word_problem_validation
 from agentrl_lite.tools import SearchIndex
 
 SEARCH_SFT_PER_KIND = {"single_hop": 64, "two_hop": 96, "comparison": 64, "unanswerable": 32}
 """search demonstrations per question kind: the multi-search kinds get more than their share of questions"""
+SQL_SFT_PER_KIND = 16
+"""SQL demonstrations per question kind (`tasks.sql.KINDS`), drawn from the training questions"""
 
 
 def build_all(data_dir: Path | str | None = None) -> list[Path]:
@@ -49,6 +54,12 @@ def build_all(data_dir: Path | str | None = None) -> list[Path]:
     search_sft = [{**q, "messages": demonstration(q, index)} for kind, n in SEARCH_SFT_PER_KIND.items()
                   for q in demo_rng.sample([q for q in search_train if q["kind"] == kind], n)]
     demo_rng.shuffle(search_sft)
+    sql = sql_splits(seed=0)
+    shop = SqlDatabase(seed=0)  # the database the questions were generated from: the tool's replies are its own
+    sql_rng = random.Random(4)
+    sql_sft = [{**q, "messages": sql_demonstration(q, shop)} for kind in SQL_KINDS
+               for q in sql_rng.sample([q for q in sql["train"] if q["kind"] == kind], SQL_SFT_PER_KIND)]
+    sql_rng.shuffle(sql_sft)
     files = {
         "arithmetic_train.jsonl": train,
         "arithmetic_heldout.jsonl": heldout,
@@ -72,17 +83,9 @@ def build_all(data_dir: Path | str | None = None) -> list[Path]:
         **{f"search_{split}.jsonl": [q for q in questions if q["split"] == split] for split in SPLITS},
         "search_sft.jsonl": search_sft,
         **{f"memory_{split}.jsonl": [d for d in dialogues if d["split"] == split] for split in SPLITS},
+        **{f"sql_{split}.jsonl": rows for split, rows in sql.items()},
+        "sql_sft.jsonl": sql_sft,
     }
     for name, rows in files.items():
         write_jsonl(data_dir / name, rows)
     return [data_dir / name for name in files]
-
-
-def load_dataset(name: str, data_dir: Path | str | None = None):
-    """Load `data/<name>.jsonl` as a `datasets.Dataset` (no network; a clear error if it is missing)."""
-    import datasets
-
-    path = Path(data_dir or default_data_dir()) / f"{name}.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found. Regenerate the data with: agentrl-lite data")
-    return datasets.Dataset.from_json(str(path))
