@@ -7,17 +7,10 @@ import json
 
 import pytest
 
-from agentrl_lite.course.reproduce import LESSONS, claims_of, recompute, summarise, verdict
+from agentrl_lite.course.reproduce import LESSONS, claims_of, recompute, study_spec, summarise, verdict
 from agentrl_lite.paths import course_root
 
 STUDIES = sorted((course_root() / "results" / "lessons").glob("*_seeds.json"))
-LESSON_OF = {spec.results: lesson for lesson, spec in LESSONS.items()}
-
-
-def _lesson(path) -> str:
-    return LESSON_OF[path.name.removesuffix("_seeds.json")]
-
-
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
 def test_every_verdict_is_recomputed_from_the_files_per_item_records(path):
     summary = json.loads(path.read_text())["metrics"]
@@ -25,7 +18,7 @@ def test_every_verdict_is_recomputed_from_the_files_per_item_records(path):
         assert "rule" not in summary
         assert all(verdict(c).endswith("old rule)") for c in claims_of(summary).values()), path.name
         pytest.skip(f"{path.name} predates per-item records (old rule): rerun it with `make reproduce`")
-    again = claims_of(recompute(LESSONS[_lesson(path)], summary))
+    again = claims_of(recompute(study_spec(path.name.removesuffix("_seeds.json")), summary))
     stored = claims_of(summary)
     assert set(again) == set(stored), f"{path.name}: the lesson's claims changed since the study ran"
     for name, claim in stored.items():

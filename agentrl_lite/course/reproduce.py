@@ -70,9 +70,9 @@ class Reproducible:
     items: str
     """dotted path, inside the results' metrics, of the stage → evaluation mapping; each evaluation holds
     `correct` (per held-out item), `accuracy` and `by_label`"""
-    primary: Claim
+    primary: Claim | None
     """the effect the lesson exists to show, declared before the study that tests it: tested alone at α = 0.05
-    over at least `stats.MIN_SEEDS_PRIMARY` seeds"""
+    over at least `stats.MIN_SEEDS_PRIMARY` seeds (None for a side study whose claims are all secondary)"""
     comparisons: tuple[tuple[str, str], ...]
     """(after, before) stage pairs on accuracy: the lesson's secondary claims, Holm-adjusted together with its
     `also` measures' claims (a pair equal to the primary claim is not tested twice)"""
@@ -164,6 +164,23 @@ LESSONS: dict[str, Reproducible] = {
 }
 
 
+LORA = Reproducible(
+    notebook="04_grpo_on_an_llm.ipynb", results="04_lora", items="heldout", primary=None,
+    comparisons=(*((f"LoRA r={r}", "full") for r in (1, 8, 32)), ("full", "start"),
+                 *((f"LoRA r={r}", "start") for r in (1, 8, 32))),
+)
+"""lesson 04's side study, full fine-tuning against LoRA (`course.lora_study`, not a `make reproduce` run): an
+estimate of LoRA's regret, so every claim is secondary"""
+
+
+def study_spec(results: str) -> Reproducible:
+    """The spec of a seeds file's study by its results name (`<name>_seeds.json`): a lesson's or `LORA`."""
+    specs = {spec.results: spec for spec in (*LESSONS.values(), LORA)}
+    if results not in specs:
+        raise KeyError(f"no study writes {results}_seeds.json; known: {sorted(specs)}")
+    return specs[results]
+
+
 def _item_ids(evaluations: dict[int, dict[str, Any]], seeds: list[int], stages: list[str]) -> list[str]:
     """The held-out item ids every stage of every seed scored (the same in each), or their positions ("#0", ...)
     when the results file predates ids."""
@@ -240,7 +257,7 @@ def summarise(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[st
     measures (under `["also"][path]`, every comparison a secondary claim); the primary claim is judged alone, the secondary
     claims of all of them together, Holm-adjusted (`stats` docstring)."""
     secondary = [c for c in (Claim(a, b) for a, b in spec.comparisons) if c != spec.primary]
-    summary = aggregate(spec, records, [spec.primary, *secondary])
+    summary = aggregate(spec, records, [*([spec.primary] if spec.primary else []), *secondary])
     summary["rule"] = RULE
     if spec.also:
         # another measure of the same stages: every pair is a claim of its own there, the primary pair included
@@ -248,10 +265,11 @@ def summarise(spec: Reproducible, records: dict[int, dict[str, Any]]) -> dict[st
                            for path in spec.also}
     n_seeds = len(summary["seeds"])
     family = [c for part in (summary, *summary.get("also", {}).values())
-              for name, c in part["comparisons"].items() if part is not summary or name != spec.primary.name]
+              for name, c in part["comparisons"].items()
+              if part is not summary or spec.primary is None or name != spec.primary.name]
     for comparison, adjusted in zip(family, holm([c["p_value"] for c in family]), strict=True):
         _judge(comparison, adjusted, n_seeds, "secondary")
-    if spec.primary.name in summary["comparisons"]:
+    if spec.primary is not None and spec.primary.name in summary["comparisons"]:
         primary = summary["comparisons"][spec.primary.name]
         _judge(primary, primary["p_value"], n_seeds, "primary")
         primary["expected"] = spec.primary.expected
