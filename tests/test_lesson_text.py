@@ -69,6 +69,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "0.5": "the process reward of two right calls (2 × 0.25), by definition",
         "0.9": "the toy's discount γ",
         "95%": "the confidence level of the intervals",
+        "0.05": "the significance level of the course's verdict rule (stats.ALPHA)",
     },
     "09_agentic_search": {
         "0.5": "the smoothing constant of BM25's IDF, in its formula",
