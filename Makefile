@@ -7,6 +7,9 @@ LESSON ?=
 SEEDS ?= 0 1 2 3 4
 SET ?=
 PYTEST_ARGS ?=
+# TEST_WORKERS: pytest-xdist processes for `make test`, each with its share of the cores and up to ~3.5 GB of
+# memory (a lesson's kernel); a notebook's cells stay in one worker (--dist loadfile). TEST_WORKERS=1 on 8 GB.
+TEST_WORKERS ?= 2
 # TORCH_INDEX: a pip index to take torch from before everything else, e.g. PyTorch's CPU-only wheels on a Linux
 # laptop without a GPU (a plain install may bring the CUDA build, gigabytes): see the README's set-up
 TORCH_INDEX ?=
@@ -42,7 +45,8 @@ reproduce: setup  ## rerun one lesson's measured pipeline over seeds (LESSON=09 
 NBVAL := --nbval-lax --nbval-kernel-name python3 --nbval-cell-timeout 300
 
 test: setup  ## unit tests, every lesson under nbval, every solution and exercise (smoke profile)
-	$(BIN)/python -m pytest -q --durations=30 --basetemp=.pytest_tmp $(NBVAL) tests notebooks $(PYTEST_ARGS) \
+	$(BIN)/python -m pytest -q --durations=30 --basetemp=.pytest_tmp -n $(TEST_WORKERS) --dist loadfile $(NBVAL) \
+		tests notebooks $(PYTEST_ARGS) \
 		&& rm -rf .pytest_tmp
 # temporary files go to .pytest_tmp in the project, not /tmp; removed when the tests pass, kept to inspect when not
 

@@ -39,6 +39,28 @@ def _is_nbval(item: pytest.Item) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[CLOCK] = LessonClock()
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers and "OMP_NUM_THREADS" not in os.environ:
+        # `make test` runs two pytest-xdist workers: each (and every kernel or child it starts, which inherit the
+        # variable) gets its share of the cores, or two torch thread pools fight over the same ones (5-9x slower)
+        threads = max(1, len(os.sched_getaffinity(0)) // int(workers))
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        import sys
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its notebooks' cell times to the controller, which prints the summary."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["nbval_cells"] = dict(session.config.stash[CLOCK].cells)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """(pytest-xdist's hook, run by the controller as each worker finishes)"""
+    node.config.stash[CLOCK].cells.update(getattr(node, "workeroutput", {}).get("nbval_cells", {}))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

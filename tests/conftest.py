@@ -26,6 +26,20 @@ def notebook_runtimes(pytestconfig: pytest.Config) -> list[tuple[str, float, str
     return pytestconfig.stash[NOTEBOOK_RUNTIMES]
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its rows to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["notebook_runtimes"] = list(session.config.stash[NOTEBOOK_RUNTIMES])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """(pytest-xdist's hook, run by the controller as each worker finishes)"""
+    node.config.stash[NOTEBOOK_RUNTIMES].extend(tuple(row) for row in getattr(node, "workeroutput", {}).get(
+        "notebook_runtimes", []))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     rows = config.stash.get(NOTEBOOK_RUNTIMES, [])
     if rows:
