@@ -177,3 +177,18 @@ def test_the_memory_manager_with_its_bank_through_trl(tmp_path):
     assert seen[0]["ideal"] == [t["ideal"] for t in tasks for _ in range(2)]
     assert all(e.toolbox is not None and e.task["bank"] in [t["bank"] for t in tasks] for e in trainer.environments)
     assert torch.is_tensor(next(trainer.model.parameters()))
+
+
+@pytest.mark.slow
+def test_sql_questions_with_the_read_only_sql_tool_through_trl(tmp_path):
+    from agentrl_lite.tasks.sql import SqlEnv
+    from agentrl_lite.tasks.sql.env import execution_match_reward
+
+    tasks = read_jsonl(DATA_DIR / "sql_train.jsonl")[:2]
+    seen = []
+    trainer = one_trl_step(tmp_path, SqlEnv(), tasks, [recording(execution_match_reward, seen)], 2)
+    assert seen[0]["answer"] == [t["answer"] for t in tasks for _ in range(2)]
+    assert "sql" in {tool.__name__ for tool in trainer.tools}
+    rollout = trainer.environments[0]  # the tool TRL calls answers from the read-only database, errors as text
+    assert rollout.sql(query=tasks[0]["gold_sql"]).strip() and rollout.sql(query="DROP TABLE customers").startswith(
+        "Error:")
