@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -109,11 +109,15 @@ def sft(
     conversations: list[list[dict]],
     tools: list[dict] | Sequence[list[dict] | None] | None = None,
     config: SFTConfig | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> list[float]:
     """Fine-tune `model` in place on `conversations`; returns the loss of each step.
 
     tools: the tool schemas rendered into every conversation's prompt, or one list per conversation
     (tasks that bring their own functions, as in lesson 05).
+    on_step: called with the number of steps done after each optimizer step (e.g. to evaluate the policy at
+        several lengths of one run: with the constant rate, the first k steps of a longer run are the k-step run);
+        it may generate with the model, which is back in training mode when it returns.
     """
     config = config or SFTConfig()
     device = next(model.parameters()).device
@@ -165,6 +169,9 @@ def sft(
                 group["lr"] = lr_at(step, config)
             optimizer.step()
             losses.append(total)
+            if on_step is not None:
+                on_step(step + 1)
+                model.train()
     model.eval()
     optimizer.zero_grad(set_to_none=True)  # the last step's gradients and AdamW's two moments (together three
     del optimizer                          # times the model's size): free them before the next phase starts

@@ -1,0 +1,126 @@
+"""How many SFT steps the word-problem cold start of lessons 06 and 08 needs, chosen on validation (course tooling).
+
+Both lessons cold-start SmolLM2-135M on the same demonstrations (`word_problems.cold_start_split`: change, savings
+and crates worked with two calculator calls) before GRPO. With five steps the result was a knife edge: over five
+seeds of lesson 08's study, three cold starts made one call per problem and scored 0.0, two made the two-call plan
+and scored about 0.6, so a seed decided the verdict more than the method did. This study measures the cold start
+alone, on the validation problems (never the held-out ones), for each seed and each number of steps in `STEPS`:
+one SFT run per seed at the lessons' settings (batch 8, rate 1e-4, constant), evaluated greedily after each
+checkpoint's step (the first k steps of a longer run at a constant rate are the k-step run).
+
+The rule, fixed before the study ran: take the fewest steps at which **every seed** makes the two-call plan (at
+least `PLAN_CALLS` calls per problem on average) and the **worst seed's** accuracy is within `TOLERANCE` of the
+best worst-seed accuracy over all checkpoints. A cold start is robust when its worst seed is good, not its mean.
+If no checkpoint meets the plan condition, the study says so and chooses nothing.
+
+`python -m agentrl_lite.course.cold_start_study --profile cpu --seeds 0 1 2 3 4` writes
+`results/lessons/06_cold_start_study.json`; `word_problems.COLD_START_STEPS` holds the choice, which lessons 06
+and 08 read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+from agentrl_lite.course.profiles import resolve_profile, seed_everything
+from agentrl_lite.course.results import write_results
+
+STEPS = (5, 10, 15, 20)
+"""the checkpoints evaluated: the old five steps (40 conversations, 1.25 epochs of the 32 demonstrations), then up
+to four times as many (5 epochs)"""
+PLAN_CALLS = 1.8
+"""mean calculator calls per validation problem at which a cold start counts as having the two-call plan"""
+TOLERANCE = 0.05
+"""how far below the best worst-seed accuracy the chosen checkpoint's worst seed may be"""
+SFT = dict(batch_size=8, lr=1e-4)
+"""the lessons' SFT settings besides the number of steps"""
+TURNS, TOKENS = 3, 40
+"""the lessons' episode shape: two calls, then the answer"""
+
+
+def run_seed(seed: int, profile: str, steps: tuple[int, ...] = STEPS, model_name: str | None = None,
+             n_items: int | None = None) -> dict[int, dict[str, Any]]:
+    """One SFT run of `max(steps)` steps from the base model; the validation evaluation after each step in
+    `steps`: {steps: {accuracy, calls_per_episode, ids, correct, tool_calls, by_label, loss}}.
+    model_name "tiny": the 2-layer random model of the unit tests."""
+    from agentrl_lite.evaluate import evaluate
+    from agentrl_lite.models import load_policy, tiny_policy
+    from agentrl_lite.rollout import RolloutConfig
+    from agentrl_lite.sft import SFTConfig, sft
+    from agentrl_lite.tasks.arithmetic import ArithmeticEnv
+    from agentrl_lite.tasks.word_problems import cold_start_split
+
+    seed_everything(seed)
+    _, validation, demos = cold_start_split(split="validation")
+    validation = validation[:n_items]
+    model, tokenizer = tiny_policy(seed=0) if model_name == "tiny" else load_policy(model_name)
+    env = ArithmeticEnv()
+    conversations = [env.prompt(d)[:1] + d["messages"] for d in demos]
+    config = RolloutConfig(max_turns=TURNS, max_new_tokens=TOKENS, temperature=0.0, batch_size=32, progress=False)
+    out: dict[int, dict[str, Any]] = {}
+
+    def checkpoint(done: int) -> None:
+        if done in steps:
+            report = evaluate(model, tokenizer, env, validation, config)
+            out[done] = {"accuracy": report.accuracy, "calls_per_episode": report.calls_per_episode,
+                         "ids": report.ids, "correct": report.correct, "tool_calls": report.tool_calls,
+                         "by_label": report.metrics().get("by_label", {})}
+
+    losses = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
+                 SFTConfig(steps=max(steps), bf16="auto", seed=seed, progress=False, **SFT), on_step=checkpoint)
+    for done, row in out.items():
+        row["loss"] = losses[done - 1]
+    return out
+
+
+def choose(table: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The module's rule over {steps: [per-seed rows]}: the chosen steps (None when no checkpoint has the plan in
+    every seed) and why."""
+    worst = {k: min(r["accuracy"] for r in rows) for k, rows in table.items()}
+    plan = {k: min(r["calls_per_episode"] for r in rows) >= PLAN_CALLS for k, rows in table.items()}
+    best = max(worst.values())
+    eligible = [k for k in sorted(table) if plan[k] and worst[k] >= best - TOLERANCE]
+    return {"chosen": eligible[0] if eligible else None, "worst_seed_accuracy": worst, "plan_in_every_seed": plan,
+            "best_worst_seed_accuracy": best, "rule": f"fewest steps with every seed at >= {PLAN_CALLS} calls per "
+            f"problem and the worst seed within {TOLERANCE} of the best worst seed"}
+
+
+def cold_start_study(seeds: list[int], profile: str = "auto", steps: tuple[int, ...] = STEPS,
+                     model_name: str | None = None, n_items: int | None = None) -> dict[str, Any]:
+    """Every seed's run; returns {"table": {steps: [row per seed]}, "choice": choose(table), "seeds": seeds}."""
+    from tqdm.auto import tqdm
+
+    profile = resolve_profile(profile)
+    runs = [run_seed(seed, profile, steps, model_name, n_items) for seed in tqdm(seeds, desc="cold starts")]
+    table = {k: [run[k] for run in runs] for k in steps}
+    return {"table": table, "choice": choose(table), "seeds": list(seeds)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--profile", default="auto", choices=["auto", "smoke", "cpu", "gpu"])
+    args = parser.parse_args(argv)
+    profile = resolve_profile(args.profile)
+    clock = time.perf_counter()
+    study = cold_start_study(args.seeds, profile, n_items=4 if profile == "smoke" else None)
+    summary = {**study, "settings": {"steps": list(STEPS), "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
+                                     "sft": SFT, "turns": TURNS, "tokens": TOKENS, "split": "validation"},
+               "notebook_seconds": time.perf_counter() - clock}
+    command = os.environ.get("AGENTRL_COMMAND") or (
+        f"python -m agentrl_lite.course.cold_start_study --profile {profile} --seeds {' '.join(map(str, args.seeds))}")
+    path = write_results("06_cold_start_study", summary, profile=profile, model="SmolLM2-135M-Instruct (embedded)",
+                         seed=args.seeds[0], command=command)
+    for k, rows in study["table"].items():
+        print(f"{k:>3} steps: accuracy " + " ".join(f"{r['accuracy']:.3f}" for r in rows)
+              + "; calls " + " ".join(f"{r['calls_per_episode']:.2f}" for r in rows))
+    print("chosen:", study["choice"]["chosen"], "—", study["choice"]["rule"])
+    print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

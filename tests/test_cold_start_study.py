@@ -1,0 +1,57 @@
+"""The cold-start study of lessons 06 and 08: a checkpoint inside a run is the shorter run, and the rule picks the
+fewest steps at which every seed has the plan and the worst seed is good."""
+
+from __future__ import annotations
+
+import torch
+
+from agentrl_lite.course.cold_start_study import PLAN_CALLS, TOLERANCE, choose, cold_start_study
+from agentrl_lite.models import tiny_policy
+from agentrl_lite.sft import SFTConfig, sft
+
+CONVERSATIONS = [[{"role": "user", "content": f"What is {a} + {a}?"}, {"role": "assistant", "content": str(2 * a)}]
+                 for a in range(6)]
+
+
+def test_the_first_k_steps_of_a_longer_run_are_the_k_step_run():
+    config = dict(batch_size=2, lr=1e-3, seed=3, progress=False)
+    model, tokenizer = tiny_policy(seed=0)
+    snapshots = {}
+    sft(model, tokenizer, CONVERSATIONS, None, SFTConfig(steps=3, **config),
+        on_step=lambda done: snapshots.__setitem__(done, [p.detach().clone() for p in model.parameters()]))
+    assert sorted(snapshots) == [1, 2, 3] and model.training is False
+    short, tokenizer = tiny_policy(seed=0)
+    sft(short, tokenizer, CONVERSATIONS, None, SFTConfig(steps=2, **config))
+    for mid, end in zip(snapshots[2], short.parameters(), strict=True):
+        assert torch.equal(mid, end)
+    assert not all(torch.equal(a, b) for a, b in zip(snapshots[2], snapshots[3], strict=True)), "step 3 changed nothing"
+
+
+def _rows(accuracies, calls):
+    return [{"accuracy": a, "calls_per_episode": c} for a, c in zip(accuracies, calls, strict=True)]
+
+
+def test_the_rule_takes_the_fewest_steps_with_the_plan_in_every_seed_and_a_good_worst_seed():
+    plan, one_call = PLAN_CALLS + 0.1, 1.0
+    table = {5: _rows([0.6, 0.0, 0.6], [plan, one_call, plan]),       # a knife edge: one seed lacks the plan
+             10: _rows([0.5, 0.45, 0.5], [plan, plan, plan]),          # every seed has it, worst seed 0.45
+             15: _rows([0.6, 0.55, 0.6], [plan, plan, plan]),          # best worst seed
+             20: _rows([0.62, 0.56, 0.6], [plan, plan, plan])}
+    choice = choose(table)
+    assert choice["best_worst_seed_accuracy"] == 0.56
+    assert choice["chosen"] == 15, "10 steps' worst seed is more than the tolerance below the best"
+    table[10] = _rows([0.6, 0.56 - TOLERANCE + 0.001, 0.6], [plan] * 3)
+    assert choose(table)["chosen"] == 10
+    assert choose({k: _rows([0.6, 0.0], [plan, one_call]) for k in (5, 10)})["chosen"] is None
+
+
+def test_the_study_records_each_seed_at_each_checkpoint_with_per_item_outcomes():
+    study = cold_start_study([0, 1], "smoke", steps=(1, 2), model_name="tiny", n_items=3)
+    assert study["seeds"] == [0, 1] and sorted(study["table"]) == [1, 2]
+    for rows in study["table"].values():
+        assert len(rows) == 2
+        for row in rows:
+            assert len(row["ids"]) == len(row["correct"]) == len(row["tool_calls"]) == 3
+            assert row["ids"][0].startswith("wp-validation")
+            assert row["accuracy"] == sum(row["correct"]) / 3
+    assert study["table"][1][0]["loss"] != study["table"][2][0]["loss"]
