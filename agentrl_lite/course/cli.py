@@ -189,11 +189,22 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is stale")
     docs.set_defaults(func=_docs)
 
+    site = sub.add_parser("site", add_help=False, help="build the course website into build/site/ "
+                          "(agentrl_lite.course.site; `agentrl-lite site --help`)")
+    site.add_argument("rest", nargs=argparse.REMAINDER)
+    site.set_defaults(func=_site)
+
     train = sub.add_parser("train", add_help=False, help="train a lesson's environment with our trainer or TRL's, "
                            "on one process or many (agentrl_lite.course.train; `agentrl-lite train --help`)")
     train.add_argument("rest", nargs=argparse.REMAINDER)
     train.set_defaults(func=_train)
     return parser
+
+
+def _site(args: argparse.Namespace) -> int:
+    from agentrl_lite.course.site import main as site_main
+
+    return site_main(args.rest)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -207,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:  # its own parser: argparse's REMAINDER would stop at the first --option
         return _train(argparse.Namespace(rest=argv[1:]))
+    if argv[:1] == ["site"]:
+        return _site(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     return args.func(args)
 
