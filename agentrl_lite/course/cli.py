@@ -189,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is stale")
     docs.set_defaults(func=_docs)
 
+    grade = sub.add_parser("grade", add_help=False, help="grade students' exercise notebooks by their checks "
+                           "(agentrl_lite.course.grade; `agentrl-lite grade --help`)")
+    grade.add_argument("rest", nargs=argparse.REMAINDER)
+    grade.set_defaults(func=_grade)
+
     site = sub.add_parser("site", add_help=False, help="build the course website into build/site/ "
                           "(agentrl_lite.course.site; `agentrl-lite site --help`)")
     site.add_argument("rest", nargs=argparse.REMAINDER)
@@ -199,6 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("rest", nargs=argparse.REMAINDER)
     train.set_defaults(func=_train)
     return parser
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from agentrl_lite.course.grade import main as grade_main
+
+    return grade_main(args.rest)
 
 
 def _site(args: argparse.Namespace) -> int:
@@ -218,8 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:  # its own parser: argparse's REMAINDER would stop at the first --option
         return _train(argparse.Namespace(rest=argv[1:]))
-    if argv[:1] == ["site"]:
-        return _site(argparse.Namespace(rest=argv[1:]))
+    if argv[:1] in (["site"], ["grade"]):
+        return {"site": _site, "grade": _grade}[argv[0]](argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -89,6 +89,27 @@ def keep_executed(executed: str | Path, results: str, root: Path | None = None) 
     return out
 
 
+def results_name(notebook: str) -> str:
+    """The committed results file a lesson notebook writes (its stem, or the name in `reproduce.LESSONS`)."""
+    from agentrl_lite.course.reproduce import LESSONS
+
+    stem = Path(notebook).stem
+    return next((spec.results for spec in LESSONS.values() if Path(spec.notebook).stem == stem), stem)
+
+
+def keep_runs_executed(executed: list[Path], since: str) -> list[Path]:
+    """After a cpu run: keep each executed lesson whose committed results file that run wrote (dated at or after
+    `since`, an ISO time), so its site page shows that run's outputs."""
+    from agentrl_lite.course.results import read_results
+
+    kept = []
+    for path in executed:
+        record = read_results(results_name(path.name), "cpu", committed=True)
+        if record is not None and record["date"] >= since and path.is_file():
+            kept.append(keep_executed(path, results_name(path.name)))
+    return kept
+
+
 def executed_run(path: Path) -> dict[str, Any] | None:
     """The run an executed lesson under docs/executed/ records (`keep_executed`), or None."""
     return json.loads(path.read_text()).get("metadata", {}).get("agentrl_run")
@@ -147,6 +168,38 @@ def _stage_notebook(source: Path, executed: Path, out: Path, pages: dict[Path, s
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(banner))
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(out))
+
+
+SYLLABUS = [(1, "00"), (2, "01"), (3, "02"), (4, "03"), (5, "04"), (6, "05"), (7, "06"), (8, "07"),
+            (9, "review: a decision lab on one of lessons 05-07 (the instructor's guide)"), (10, "08"), (11, "09"),
+            (12, "10"), (13, "11"), (14, "capstone: an agent on a new environment, end to end")]
+"""week → lesson number, or what the week holds instead"""
+
+
+def syllabus_table(root: Path, staged: str = "instructor.md") -> str:
+    """The instructor's guide's week-by-week table: each lesson's page, its measured cpu runtime and the arXiv
+    ids of its Reading cell (both read from the repository when the site is built)."""
+    import nbformat
+
+    runtime = {}
+    if (file := root / "results" / "bench" / "course_cpu.json").is_file():
+        runtime = {Path(name).stem: row["seconds"] for name, row in
+                   json.loads(file.read_text())["metrics"]["notebooks"].items()}
+    by_number = {nb.name[:2]: nb for nb in lessons(root)}
+    rows = ["| week | lesson | compute, cpu profile | reading (arXiv) |", "|---|---|---|---|"]
+    for week, what in SYLLABUS:
+        nb = by_number.get(what)
+        if nb is None:
+            rows.append(f"| {week} | {what} | | |")
+            continue
+        cells = nbformat.read(str(nb), as_version=4).cells
+        title = cells[0].source.split("\n")[0].lstrip("# ").strip()
+        reading = [c.source for c in cells if c.cell_type == "markdown" and c.source.lstrip().startswith("## Reading")]
+        ids = sorted(set(re.findall(r"\b(\d{4}\.\d{4,5})\b", "\n".join(reading))))
+        minutes = f"{runtime[nb.stem] / 60:.0f} min" if nb.stem in runtime else "not measured"
+        link = os.path.relpath(f"lessons/{nb.name}", os.path.dirname(staged) or ".")
+        rows.append(f"| {week} | [{title}]({link}) | {minutes} | {', '.join(ids)} |")
+    return "\n".join(rows)
 
 
 def _api_page() -> str:
@@ -212,6 +265,8 @@ def stage(src: Path, root: Path | None = None) -> Path:
         else:
             out.write_text(rewrite_links(source.read_text(), source, staged, pages))
     teaching = [p for p in ("instructor.md", "setup.md") if (src / p).exists()]
+    if (guide := src / "instructor.md").exists():
+        guide.write_text(guide.read_text().replace("<!-- syllabus -->", syllabus_table(root)))
     design = sorted(str(Path(p).with_suffix("")) for p in pages.values() if p.startswith("design/"))
     index = src / "index.md"
     index.write_text(index.read_text() + TOC.format(
