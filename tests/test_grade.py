@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import shutil
-from pathlib import Path
 
 import nbformat
 import pytest
