@@ -11,17 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from agentrl_lite.course.executed import EXECUTED, executed_run
 from agentrl_lite.course.results import read_results
-from agentrl_lite.course.site import (
-    EXECUTED,
-    Browser,
-    broken_links,
-    build,
-    executed_run,
-    lessons,
-    pages,
-    rewrite_links,
-)
+from agentrl_lite.course.site import Browser, broken_links, build, lessons, pages, rewrite_links
 from agentrl_lite.paths import course_root
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")  # Sphinx 11
@@ -80,7 +72,7 @@ def test_each_executed_lesson_records_the_committed_run_it_shows():
     executed = sorted((ROOT / EXECUTED).glob("*.ipynb"))
     for path in executed:
         run = executed_run(path)
-        assert run is not None, f"{path.name}: not stored by site.keep_executed"
+        assert run is not None, f"{path.name}: not stored by executed.keep_executed"
         committed = read_results(run["results"], run["profile"])
         assert committed is not None and committed["date"] == run["date"], (
             f"{path.name} shows the run of {run['date']}, but results/lessons/{run['results']}.json is from "

@@ -163,7 +163,6 @@ def run_course(
         )
     run_dir = _new_run_dir(Path(out_root))
     runs = []
-    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     with _environ({"AGENTRL_RUN_DIR": str(run_dir.resolve()), "AGENTRL_COMMAND": command}):
         progress = tqdm(notebooks, desc=f"course [{profile}]", unit="notebook")
         for notebook in progress:
@@ -173,10 +172,6 @@ def run_course(
     plots = {run.path.stem: extract_plots(run, run_dir / "plots") for run in runs}
     write_runs_summary(run_dir, profile, command, runs)
     (run_dir / "report.md").write_text(_report(run_dir, runs, plots, profile, command))
-    if profile == "cpu":  # the site's lesson pages show the cpu run whose results are committed
-        from agentrl_lite.course.site import keep_runs_executed
-
-        keep_runs_executed([run.path for run in runs if run.status == "ok"], started)
     if only is None:
         record_course_run(run_dir)
     return run_dir

@@ -374,7 +374,7 @@ def reproduce(lesson: str, seeds: list[int], profile: str = "auto", out_root: st
             write_results(spec.results, records[seed]["metrics"], profile=profile, model=records[seed]["model"],
                           seed=seed, command=records[seed]["command"])
             if profile == "cpu":  # and its outputs become the lesson's site page
-                from agentrl_lite.course.site import keep_executed
+                from agentrl_lite.course.executed import keep_executed
 
                 keep_executed(seed_dir / spec.notebook, spec.results)
     return run_dir, _write_summary(spec, records, run_dir, profile, command, parameters)

@@ -26,10 +26,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from agentrl_lite.course.executed import EXECUTED, keep_executed
 from agentrl_lite.paths import course_root
 
-EXECUTED = "docs/executed"
-"""committed executed lessons, one per lesson at most: what its site page shows"""
 API_MODULES = {
     "Core": ["agentrl_lite.chat", "agentrl_lite.tools", "agentrl_lite.env", "agentrl_lite.episode",
              "agentrl_lite.rollout", "agentrl_lite.engine", "agentrl_lite.rewards", "agentrl_lite.advantages",
@@ -42,77 +41,12 @@ API_MODULES = {
     "Course tooling": ["agentrl_lite.course.reproduce", "agentrl_lite.course.results", "agentrl_lite.course.train"],
 }
 """the modules the API reference documents, by section"""
-WIDGET = "application/vnd.jupyter.widget-view+json"
 LINK = re.compile(r"(!?)\[([^\]\n]+)\]\(([^)\s]+)\)")
 
 
 def lessons(root: Path | None = None) -> list[Path]:
     """The lesson notebooks, in order."""
     return sorted((root or course_root()).glob("notebooks/[0-9][0-9]_*.ipynb"))
-
-
-# ------------------------------------------------------------------------------------------ executed lessons
-def keep_executed(executed: str | Path, results: str, root: Path | None = None) -> Path:
-    """Store an executed lesson under docs/executed/ for its site page: the notebook `executed` (a cpu-profile run's
-    copy, e.g. runs/<ts>/seed_0/08_credit_assignment.ipynb) and the committed results file `results` (e.g.
-    "08_credit_assignment") it wrote. The copy keeps the outputs, drops widget views and run metadata, and records
-    the results file's command, machine, seed and date, which the page's banner shows and a test compares with
-    the committed file (a rerun whose page was not replaced is caught)."""
-    import nbformat
-
-    from agentrl_lite.course.results import read_results
-
-    root = root or course_root()
-    record = read_results(results, "cpu", committed=True)
-    if record is None:
-        raise FileNotFoundError(f"keep_executed: no committed cpu results file {results!r}")
-    nb = nbformat.read(str(executed), as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        cell.metadata = {k: v for k, v in cell.metadata.items() if k == "tags"}
-        outputs = []
-        for output in cell.get("outputs", []):
-            if WIDGET in output.get("data", {}):
-                output["data"] = {k: v for k, v in output["data"].items() if k != WIDGET}
-                if not output["data"]:
-                    continue
-            outputs.append(output)
-        cell.outputs = outputs
-    nb.metadata = {"kernelspec": nb.metadata.get("kernelspec", {}), "language_info": {"name": "python"},
-                   "agentrl_run": {"results": results, **{k: record[k] for k in ("command", "device", "seed", "date",
-                                                                                  "profile")},
-                                   "notebook_seconds": record["metrics"].get("notebook_seconds")}}
-    out = root / EXECUTED / Path(executed).name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(out))
-    return out
-
-
-def results_name(notebook: str) -> str:
-    """The committed results file a lesson notebook writes (its stem, or the name in `reproduce.LESSONS`)."""
-    from agentrl_lite.course.reproduce import LESSONS
-
-    stem = Path(notebook).stem
-    return next((spec.results for spec in LESSONS.values() if Path(spec.notebook).stem == stem), stem)
-
-
-def keep_runs_executed(executed: list[Path], since: str) -> list[Path]:
-    """After a cpu run: keep each executed lesson whose committed results file that run wrote (dated at or after
-    `since`, an ISO time), so its site page shows that run's outputs."""
-    from agentrl_lite.course.results import read_results
-
-    kept = []
-    for path in executed:
-        record = read_results(results_name(path.name), "cpu", committed=True)
-        if record is not None and record["date"] >= since and path.is_file():
-            kept.append(keep_executed(path, results_name(path.name)))
-    return kept
-
-
-def executed_run(path: Path) -> dict[str, Any] | None:
-    """The run an executed lesson under docs/executed/ records (`keep_executed`), or None."""
-    return json.loads(path.read_text()).get("metadata", {}).get("agentrl_run")
 
 
 # ------------------------------------------------------------------------------------------------- staging
