@@ -14,8 +14,8 @@ best worst-seed accuracy over all checkpoints. A cold start is robust when its w
 If no checkpoint meets the plan condition, the study says so and chooses nothing.
 
 `python -m agentrl_lite.course.cold_start_study --profile cpu --seeds 0 1 2 3 4` writes
-`results/lessons/06_cold_start_study.json`; `word_problems.COLD_START_STEPS` holds the choice, which lessons 06
-and 08 read.
+`results/lessons/06_cold_start_study.json`. What it found, and what is still to measure before lessons 06 and 08
+move to the chosen start (the headroom GRPO needs), is on docs/design/08_credit_assignment.md.
 """
 
 from __future__ import annotations
