@@ -114,3 +114,30 @@ def test_the_search_box_finds_a_lesson_by_a_word_from_its_text(site, browser):
     found = browser.search("GiGPO")
     assert any("lessons/08_credit_assignment.html" in href for href in found), found
     assert browser.search("zzqqxx") == []
+
+
+def test_a_kept_lesson_loses_widget_views_and_records_its_committed_run(tmp_path):
+    import nbformat
+
+    from agentrl_lite.course.executed import keep_executed
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 03 · Policy gradients"),
+                                         nbformat.v4.new_code_cell("plot()")])
+    nb.cells[1].outputs = [
+        nbformat.v4.new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "x"},
+                                                     "text/plain": "SFT: 100%"}),
+        nbformat.v4.new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "y"}}),
+        nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="}),
+    ]
+    nb.cells[1].metadata["papermill"] = {"duration": 1.0}
+    nb.metadata["widgets"] = {"state": {}}
+    source = tmp_path / "03_policy_gradients.ipynb"
+    nbformat.write(nb, str(source))
+    kept = nbformat.read(str(keep_executed(source, "03_policy_gradients", root=tmp_path)), as_version=4)
+    outputs = kept.cells[1].outputs
+    assert [list(o["data"]) for o in outputs] == [["text/plain"], ["image/png"]], "widget views go, their text stays"
+    assert kept.cells[1].metadata == {} and "widgets" not in kept.metadata
+    run = kept.metadata["agentrl_run"]
+    assert run["date"] == read_results("03_policy_gradients", "cpu")["date"] and run["results"] == "03_policy_gradients"
+    with pytest.raises(FileNotFoundError, match="no committed cpu results"):
+        keep_executed(source, "no_such_lesson", root=tmp_path)
