@@ -24,9 +24,12 @@ def parse(log: str) -> dict:
     notebooks = {m[0]: float(m[1]) for m in re.findall(r"^((?:notebooks|solutions|exercises)/\S+\.ipynb): ([\d.]+)s  ", log, re.M)}
     parts = {part: sum(s for n, s in notebooks.items() if n.startswith(f"{folder}/"))
              for part, folder in (("lessons", "notebooks"), ("solutions", "solutions"), ("exercises", "exercises"))}
+    # pytest-xdist's worker count from the command make echoed: the parts are then worker time, not wall time
+    workers = int(m.group(1)) if (m := re.search(r"pytest .*?-n (\d+)", log)) else 1
     return {"seconds": float(seconds), "failed": int(failed or 0), "passed": int(passed), "skipped": int(skipped or 0),
-            "notebook_seconds": notebooks, **{f"{part}_seconds": round(s, 2) for part, s in parts.items()},
-            "other_tests_seconds": round(float(seconds) - sum(parts.values()), 2)}
+            "workers": workers, "notebook_seconds": notebooks,
+            **{f"{part}_seconds": round(s, 2) for part, s in parts.items()},
+            "other_tests_seconds": round(workers * float(seconds) - sum(parts.values()), 2)}
 
 
 def main() -> None:

@@ -143,6 +143,10 @@ def test_the_suite_time_is_read_from_a_make_test_log_and_rendered_by_part():
     assert m["other_tests_seconds"] == 162.0, "everything but the notebooks' own runtimes"
     with pytest.raises(SystemExit):
         suite_time.parse(log.rsplit("\n", 1)[0])  # a run cut off before its summary
+    two = suite_time.parse(".venv/bin/python -m pytest -q --durations=30 -n 2 --dist loadfile tests notebooks\n" + log)
+    assert two["workers"] == 2 and two["other_tests_seconds"] == 2 * 600.5 - 438.5, "worker time, not wall time"
+    assert "on 2 workers, whose time adds up to" in render_bench_test_suite(
+        {"device": "AMD EPYC (2 cores)", "date": "2026-12-05T03:00:00", "metrics": {**two, "note": "quiet"}})
     text = render_bench_test_suite({"device": "Intel(R) Xeon(R) Processor @ 2.50GHz (2 cores)", "date": "2026-11-29T03:00:00",
                                     "metrics": {**m, "note": "nothing else ran"}})
     assert "10 min of tests (10 passed, **1 failed**)" in text and "the slowest, 02_b, 240 s" in text

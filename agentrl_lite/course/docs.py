@@ -296,8 +296,10 @@ def render_bench_test_suite(results: dict) -> str:
     runner = " under nbval" if m.get("lessons_runner") == "nbval" else ""
     unit = (f" `make unit` took {m['unit_seconds'] / 60:.1f} min of tests on the same machine."
             if "unit_seconds" in m else "")
+    workers = m.get("workers", 1)
+    split = f" on {workers} workers, whose time adds up to" if workers > 1 else ":"
     return (f"Measured `make test` ({_short_device(results['device'])}{bf16}, {results['date'][:10]}; {m['note']}): "
-            f"{m['seconds'] / 60:.0f} min of tests ({outcome}): the lessons{runner} "
+            f"{m['seconds'] / 60:.0f} min of tests ({outcome}){split} the lessons{runner} "
             f"{m['lessons_seconds'] / 60:.1f} min (the slowest, "
             f"{slowest.removeprefix('notebooks/').removesuffix('.ipynb')}, {lessons[slowest]:.0f} s; over 60 s: "
             f"{', '.join(over) or 'none'}), the solutions {m['solutions_seconds'] / 60:.1f} min, the exercises "
