@@ -523,3 +523,21 @@ def test_every_lesson_with_a_design_page_links_to_it_and_every_link_resolves():
              *(root / "docs").rglob("*.md")]
     named = {m for path in texts for m in re.findall(r"docs/design/[\w.]+\.md", path.read_text())}
     assert named and not [n for n in named if not (root / n).exists()]
+
+
+def test_a_side_study_with_its_own_seeds_does_not_mark_a_lesson_done(tmp_path):
+    """A lesson is ✅ by its own results file's seeds, never by a side study's (lesson 06's cold-start study holds
+    five seeds of SFT alone, not of the lesson's claim)."""
+    import json
+
+    from agentrl_lite.course.docs import lesson_status
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "06_multi_turn_agentic_grpo.ipynb").write_text("{}")
+    lessons = tmp_path / "results" / "lessons"
+    lessons.mkdir(parents=True)
+    (lessons / "06_agentic_grpo.json").write_text(json.dumps({"metrics": {"heldout": {}}}))
+    (lessons / "06_cold_start_study.json").write_text(json.dumps({"metrics": {"seeds": [0, 1, 2, 3, 4]}}))
+    assert lesson_status("06", tmp_path / "results") == "🟡"
+    (lessons / "06_agentic_grpo.json").write_text(json.dumps({"metrics": {"seeds": [0, 1, 2]}}))
+    assert lesson_status("06", tmp_path / "results") == "✅", "the lesson's own file with three seeds still counts"

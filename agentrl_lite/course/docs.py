@@ -198,11 +198,15 @@ def lesson_status(lesson: str, results_dir: Path) -> str:
     primary claim's verdict is the one the lesson predicted, `reproduce.summarise`); 🟡 when it runs with a
     committed result but its primary claim is not shown, or its study predates the rule (no primary claim);
     ◻ when nothing is committed yet."""
-    from agentrl_lite.course.reproduce import primary_claim
+    from agentrl_lite.course.reproduce import LESSONS, primary_claim
 
     folder = results_dir / "lessons"
     seeds_files = sorted(folder.glob(f"{lesson}_*_seeds.json"))
-    own = [p for p in sorted(folder.glob(f"{lesson}_*.json")) if p not in seeds_files and "_tune_" not in p.name]
+    # the lesson's own results file: named after its notebook or its study (side studies, e.g. a cold-start
+    # study with its own seeds, are not the lesson's claim)
+    names = {p.stem for p in (results_dir.parent / "notebooks").glob(f"{lesson}_*.ipynb")}
+    names |= {spec.results for key, spec in LESSONS.items() if key == lesson}
+    own = [folder / f"{name}.json" for name in sorted(names) if (folder / f"{name}.json").is_file()]
     if not own and not seeds_files:
         return "◻"
     if lesson in NO_LEARNING_CLAIM or any(len(json.loads(p.read_text())["metrics"].get("seeds", [])) >= 3 for p in own):
