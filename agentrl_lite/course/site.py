@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -359,13 +360,20 @@ class Browser:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.root = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        # a profile folder of its own, in a temporary folder that exists (a test run may have pointed TMPDIR at a
+        # folder pytest has since wiped: Chromium then cannot start)
+        tmp = os.environ.get("TMPDIR")
+        tmp = tmp if tmp and os.path.isdir(tmp) else "/tmp"
+        self.profile = tempfile.mkdtemp(prefix="agentrl-chromium-", dir=tmp)
         options = webdriver.ChromeOptions()
         options.binary_location = shutil.which("chromium") or "chromium"
+        options.add_argument(f"--user-data-dir={self.profile}")
         for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      "--window-size=1280,900", "--disable-extensions", "--no-first-run"):
             options.add_argument(flag)
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        self.driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or "chromedriver"))
+        service = Service(shutil.which("chromedriver") or "chromedriver", env={**os.environ, "TMPDIR": tmp})
+        self.driver = webdriver.Chrome(options=options, service=service)
         self.driver.set_page_load_timeout(60)
 
     def open(self, relative: str) -> list[str]:
@@ -403,6 +411,7 @@ class Browser:
     def close(self) -> None:
         self.driver.quit()
         self.server.shutdown()
+        shutil.rmtree(self.profile, ignore_errors=True)
 
 
 class _QuietHandler(__import__("http.server").server.SimpleHTTPRequestHandler):
