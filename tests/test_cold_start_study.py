@@ -46,7 +46,7 @@ def test_the_rule_takes_the_fewest_steps_with_the_plan_in_every_seed_and_a_good_
 
 
 def test_the_study_records_each_seed_at_each_checkpoint_with_per_item_outcomes():
-    study = cold_start_study([0, 1], "smoke", steps=(1, 2), model_name="tiny", n_items=3)
+    study = cold_start_study([0, 1], "smoke", steps=(1, 2), model_name="tiny", n_items=3, k=2)
     assert study["seeds"] == [0, 1] and sorted(study["table"]) == [1, 2]
     for rows in study["table"].values():
         assert len(rows) == 2
@@ -54,4 +54,8 @@ def test_the_study_records_each_seed_at_each_checkpoint_with_per_item_outcomes()
             assert len(row["ids"]) == len(row["correct"]) == len(row["tool_calls"]) == 3
             assert row["ids"][0].startswith("wp-validation")
             assert row["accuracy"] == sum(row["correct"]) / 3
+            sampled = row["sampled"]
+            assert len(sampled["right_of_k"]) == 3 and all(0 <= r <= sampled["k"] for r in sampled["right_of_k"])
+            assert set(sampled["by_template"]) <= {"change", "savings", "stickers", "crates"}
+            assert 0.0 <= sampled["headroom"] <= 1.0
     assert study["table"][1][0]["loss"] != study["table"][2][0]["loss"]

@@ -8,6 +8,10 @@ alone, on the validation problems (never the held-out ones), for each seed and e
 one SFT run per seed at the lessons' settings (batch 8, rate 1e-4, constant), evaluated greedily after each
 checkpoint's step (the first k steps of a longer run at a constant rate are the k-step run).
 
+At each checkpoint it also samples `PASS_K` episodes per problem at temperature 1 (GRPO's sampling): the share of
+problems greedy decoding fails but some sample solves is the headroom GRPO can learn from (reported, not part of
+the rule: added after the first run showed a start at the demonstrations' ceiling, docs/design/08).
+
 The rule, fixed before the study ran: take the fewest steps at which **every seed** makes the two-call plan (at
 least `PLAN_CALLS` calls per problem on average) and the **worst seed's** accuracy is within `TOLERANCE` of the
 best worst-seed accuracy over all checkpoints. A cold start is robust when its worst seed is good, not its mean.
@@ -25,6 +29,8 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
 from agentrl_lite.course.profiles import resolve_profile, seed_everything
 from agentrl_lite.course.results import write_results
 
@@ -39,13 +45,17 @@ SFT = dict(batch_size=8, lr=1e-4)
 """the lessons' SFT settings besides the number of steps"""
 TURNS, TOKENS = 3, 40
 """the lessons' episode shape: two calls, then the answer"""
+PASS_K = 8
+"""samples per validation problem at temperature 1 (GRPO's sampling) for the headroom measure: a problem greedy
+decoding fails but one of `PASS_K` samples solves is one GRPO can learn from; one no sample solves is not"""
 
 
 def run_seed(seed: int, profile: str, steps: tuple[int, ...] = STEPS, model_name: str | None = None,
-             n_items: int | None = None) -> dict[int, dict[str, Any]]:
+             n_items: int | None = None, k: int = PASS_K) -> dict[int, dict[str, Any]]:
     """One SFT run of `max(steps)` steps from the base model; the validation evaluation after each step in
-    `steps`: {steps: {accuracy, calls_per_episode, ids, correct, tool_calls, by_label, loss}}.
-    model_name "tiny": the 2-layer random model of the unit tests."""
+    `steps`: {steps: {accuracy, calls_per_episode, ids, correct, tool_calls, by_label, loss, sampled}}, where
+    `sampled` holds, per problem, how many of `k` samples at temperature 1 were right, and per template the
+    greedy accuracy, pass@1 and pass@k at temperature 1. model_name "tiny": the 2-layer random model of the tests."""
     from agentrl_lite.evaluate import evaluate
     from agentrl_lite.models import load_policy, tiny_policy
     from agentrl_lite.rollout import RolloutConfig
@@ -60,14 +70,28 @@ def run_seed(seed: int, profile: str, steps: tuple[int, ...] = STEPS, model_name
     env = ArithmeticEnv()
     conversations = [env.prompt(d)[:1] + d["messages"] for d in demos]
     config = RolloutConfig(max_turns=TURNS, max_new_tokens=TOKENS, temperature=0.0, batch_size=32, progress=False)
+    sampling = RolloutConfig(max_turns=TURNS, max_new_tokens=TOKENS, temperature=1.0, batch_size=32, progress=False)
     out: dict[int, dict[str, Any]] = {}
 
     def checkpoint(done: int) -> None:
         if done in steps:
             report = evaluate(model, tokenizer, env, validation, config)
+            samples = evaluate(model, tokenizer, env, [t for t in validation for _ in range(k)], sampling)
+            right = [int(sum(samples.correct[i * k:(i + 1) * k])) for i in range(len(validation))]
+            templates = sorted({t["template"] for t in validation})
+            by_template = {}
+            for template in templates:
+                idx = [i for i, t in enumerate(validation) if t["template"] == template]
+                by_template[template] = {"greedy": float(np.mean([report.correct[i] for i in idx])),
+                                         "pass@1": float(np.mean([right[i] / k for i in idx])),
+                                         f"pass@{k}": float(np.mean([right[i] > 0 for i in idx]))}
             out[done] = {"accuracy": report.accuracy, "calls_per_episode": report.calls_per_episode,
                          "ids": report.ids, "correct": report.correct, "tool_calls": report.tool_calls,
-                         "by_label": report.metrics().get("by_label", {})}
+                         "by_label": report.metrics().get("by_label", {}),
+                         "sampled": {"k": k, "right_of_k": right, "by_template": by_template,
+                                     # greedy wrong, some sample right: what GRPO can learn from
+                                     "headroom": float(np.mean([c == 0 and r > 0 for c, r in
+                                                                zip(report.correct, right, strict=True)]))}}
 
     losses = sft(model, tokenizer, conversations, env.toolbox_for().schemas,
                  SFTConfig(steps=max(steps), bf16="auto", seed=seed, progress=False, **SFT), on_step=checkpoint)
@@ -89,12 +113,12 @@ def choose(table: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def cold_start_study(seeds: list[int], profile: str = "auto", steps: tuple[int, ...] = STEPS,
-                     model_name: str | None = None, n_items: int | None = None) -> dict[str, Any]:
+                     model_name: str | None = None, n_items: int | None = None, k: int = PASS_K) -> dict[str, Any]:
     """Every seed's run; returns {"table": {steps: [row per seed]}, "choice": choose(table), "seeds": seeds}."""
     from tqdm.auto import tqdm
 
     profile = resolve_profile(profile)
-    runs = [run_seed(seed, profile, steps, model_name, n_items) for seed in tqdm(seeds, desc="cold starts")]
+    runs = [run_seed(seed, profile, steps, model_name, n_items, k) for seed in tqdm(seeds, desc="cold starts")]
     table = {k: [run[k] for run in runs] for k in steps}
     return {"table": table, "choice": choose(table), "seeds": list(seeds)}
 
@@ -108,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.perf_counter()
     study = cold_start_study(args.seeds, profile, n_items=4 if profile == "smoke" else None)
     summary = {**study, "settings": {"steps": list(STEPS), "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
+                                     "pass_k": PASS_K,
                                      "sft": SFT, "turns": TURNS, "tokens": TOKENS, "split": "validation"},
                "notebook_seconds": time.perf_counter() - clock}
     command = os.environ.get("AGENTRL_COMMAND") or (
@@ -116,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                          seed=args.seeds[0], command=command)
     for k, rows in study["table"].items():
         print(f"{k:>3} steps: accuracy " + " ".join(f"{r['accuracy']:.3f}" for r in rows)
-              + "; calls " + " ".join(f"{r['calls_per_episode']:.2f}" for r in rows))
+              + "; calls " + " ".join(f"{r['calls_per_episode']:.2f}" for r in rows)
+              + "; headroom " + " ".join(f"{r['sampled']['headroom']:.3f}" for r in rows))
     print("chosen:", study["choice"]["chosen"], "—", study["choice"]["rule"])
     print("wrote", path)
     return 0
