@@ -149,6 +149,13 @@ LESSONS: dict[str, Reproducible] = {
         scalars=("notebook_seconds", *(f"heldout.{stage}.calls_per_episode" for stage in
                                        ("after SFT", "GRPO, broadcast", "GRPO, discounted", "GRPO, step-grouped"))),
     ),
+    "12": Reproducible(
+        notebook="12_sql_agent.ipynb", results="12_sql_agent", items="heldout",
+        primary=Claim("SFT + GRPO", "SFT"),  # registered in docs/design/12_sql_agent.md before the first run
+        comparisons=(("SFT + GRPO", "SFT"), ("SFT", "raw model"), ("SFT + GRPO", "raw model")),
+        scalars=("notebook_seconds", "sft.seconds", "grpo.seconds",
+                 *(f"heldout.{stage}.sql_errors" for stage in ("SFT", "SFT + GRPO"))),
+    ),
     "09": Reproducible(
         notebook="09_agentic_search.ipynb", results="09_agentic_search", items="heldout",
         primary=Claim("SFT + GRPO", "SFT agent"),

@@ -107,7 +107,7 @@ def _stage_notebook(source: Path, executed: Path, out: Path, pages: dict[Path, s
 
 SYLLABUS = [(1, "00"), (2, "01"), (3, "02"), (4, "03"), (5, "04"), (6, "05"), (7, "06"), (8, "07"),
             (9, "review: a decision lab on one of lessons 05-07 (the instructor's guide)"), (10, "08"), (11, "09"),
-            (12, "10"), (13, "11"), (14, "capstone: an agent on a new environment, end to end")]
+            (12, "10"), (13, "11"), (14, "12")]
 """week → lesson number, or what the week holds instead"""
 
 

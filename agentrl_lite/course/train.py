@@ -85,6 +85,12 @@ def _memory() -> tuple:
     return MemoryManagerEnv(), manager_tasks(read_jsonl(DATA_DIR / "memory_train.jsonl")), [manager_reward], [1.0]
 
 
+def _sql() -> tuple:
+    from agentrl_lite.tasks.sql import SqlEnv, execution_match_reward
+
+    return SqlEnv(), read_jsonl(DATA_DIR / "sql_train.jsonl"), [execution_match_reward], [1.0]
+
+
 RECIPES: dict[str, Recipe] = {
     "arithmetic": Recipe("01_tool_calling", _arithmetic, max_turns=3, max_new_tokens=64),
     "word_problems": Recipe("06_multi_turn_agentic_grpo", _word_problems, max_turns=3, max_new_tokens=40),
@@ -92,6 +98,7 @@ RECIPES: dict[str, Recipe] = {
     "search": Recipe("09_agentic_search", _search, max_turns=3, max_new_tokens=40, extra={"stratify_by": "kind"}),
     "kernels": Recipe("10_kernel_generation_rl", _kernels, max_turns=1, max_new_tokens=240),
     "memory": Recipe("11_memory_agents", _memory, max_turns=1, max_new_tokens=64, extra={"scale_rewards": "none"}),
+    "sql": Recipe("12_sql_agent", _sql, max_turns=3, max_new_tokens=120, extra={"stratify_by": "kind"}),
 }
 """environment family -> its lesson's data, rewards and budgets"""
 
