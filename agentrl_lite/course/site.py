@@ -253,7 +253,7 @@ def _effects_figure(path: Path, root: Path) -> str | None:
         rows.append((lesson, claim))
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.8))
     for y, (_, claim) in enumerate(rows):
         t, boot = claim["mean_over_seeds"], claim["bootstrap_over_seeds_and_items"]
         ax.plot([t["low"], t["high"]], [y + 0.12] * 2, color="tab:blue", lw=3, label="t interval over seeds" if y == 0 else None)
@@ -263,7 +263,8 @@ def _effects_figure(path: Path, root: Path) -> str | None:
     ax.axvline(0, color="grey", lw=1)
     ax.set_yticks(range(len(rows)), [f"{lesson}: {c['after']} vs {c['before']} ({c['verdict']})" for lesson, c in rows])
     ax.set_xlabel("difference (after − before), held-out measure")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8)  # below the axis, off the rows
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -294,7 +295,7 @@ def _runtime_figure(path: Path, root: Path) -> str | None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return f"From `results/bench/course_cpu.json` ({record['date'][:10]}); each bar names its own run in that file."
+    return f"From `results/bench/course_cpu.json` ({record['date'][:10]}); each bar is one lesson's latest cpu run, named in that file."
 
 
 # ------------------------------------------------------------------------------------------------- browser
@@ -419,7 +420,7 @@ class _QuietHandler(__import__("http.server").server.SimpleHTTPRequestHandler):
         pass
 
 
-SCREENSHOTS = {"home.png": "index.html", "lesson_08.png": "lessons/08_credit_assignment.html",
+SCREENSHOTS = {"home.png": "index.html", "lesson_10.png": "lessons/10_kernel_generation_rl.html",
                "results.png": "figures.html"}
 """the three screenshots kept under docs/screenshots/ (`agentrl-lite site --screenshots`)"""
 
