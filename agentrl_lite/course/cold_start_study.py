@@ -18,7 +18,9 @@ best worst-seed accuracy over all checkpoints. A cold start is robust when its w
 If no checkpoint meets the plan condition, the study says so and chooses nothing.
 
 `python -m agentrl_lite.course.cold_start_study --profile cpu --seeds 0 1 2 3 4` writes
-`results/lessons/06_cold_start_study.json`. What it found, and what is still to measure before lessons 06 and 08
+`results/lessons/06_cold_start_study.json`; with `--steps 10 15` only those checkpoints are evaluated (sampling
+`PASS_K` episodes per problem costs about eight greedy evaluations) and the file is
+`06_cold_start_study_steps-10-15.json`, beside the full study. What it found, and what is still to measure before lessons 06 and 08
 move to the chosen start (the headroom GRPO needs), is on docs/design/08_credit_assignment.md.
 """
 
@@ -127,17 +129,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--profile", default="auto", choices=["auto", "smoke", "cpu", "gpu"])
+    parser.add_argument("--steps", type=int, nargs="+", default=list(STEPS),
+                        help="the checkpoints evaluated (default: every one of STEPS)")
     args = parser.parse_args(argv)
     profile = resolve_profile(args.profile)
+    steps = tuple(sorted(args.steps))
+    name = "06_cold_start_study" if steps == STEPS else f"06_cold_start_study_steps-{'-'.join(map(str, steps))}"
     clock = time.perf_counter()
-    study = cold_start_study(args.seeds, profile, n_items=4 if profile == "smoke" else None)
-    summary = {**study, "settings": {"steps": list(STEPS), "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
+    study = cold_start_study(args.seeds, profile, steps, n_items=4 if profile == "smoke" else None)
+    summary = {**study, "settings": {"steps": list(steps), "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
                                      "pass_k": PASS_K,
                                      "sft": SFT, "turns": TURNS, "tokens": TOKENS, "split": "validation"},
                "notebook_seconds": time.perf_counter() - clock}
     command = os.environ.get("AGENTRL_COMMAND") or (
-        f"python -m agentrl_lite.course.cold_start_study --profile {profile} --seeds {' '.join(map(str, args.seeds))}")
-    path = write_results("06_cold_start_study", summary, profile=profile, model="SmolLM2-135M-Instruct (embedded)",
+        f"python -m agentrl_lite.course.cold_start_study --profile {profile} --seeds {' '.join(map(str, args.seeds))}"
+        + ("" if steps == STEPS else f" --steps {' '.join(map(str, steps))}"))
+    path = write_results(name, summary, profile=profile, model="SmolLM2-135M-Instruct (embedded)",
                          seed=args.seeds[0], command=command)
     for k, rows in study["table"].items():
         print(f"{k:>3} steps: accuracy " + " ".join(f"{r['accuracy']:.3f}" for r in rows)
