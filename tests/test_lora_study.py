@@ -35,3 +35,21 @@ def test_the_study_is_summarised_with_every_claim_secondary(study):
 def test_a_start_run_trains_nothing():
     start = run_one(0, "start", "smoke", "tiny")
     assert "seconds" not in start and start["heldout"]["ids"] and len(start["heldout"]["correct"]) == 4
+
+
+def test_the_study_runs_lesson_04s_budget():
+    """`lora_study.BUDGET` repeats the BUDGET cell of lesson 04 (the notebook keeps its own, for the reader):
+    if one changes without the other, the study no longer measures the lesson's run."""
+    import ast
+
+    import nbformat
+
+    from agentrl_lite.course.lora_study import BUDGET
+    from agentrl_lite.paths import course_root
+
+    source = nbformat.read(course_root() / "notebooks" / "04_grpo_on_an_llm.ipynb", as_version=4).cells[2].source
+    start = source.index("BUDGET = {")
+    tree = ast.parse(source[start:source.index("}[PROFILE]", start) + 1])
+    lesson = {key.value: {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+              for key, call in zip(tree.body[0].value.keys, tree.body[0].value.values, strict=True)}
+    assert lesson == BUDGET

@@ -4,6 +4,7 @@ manager environment and the constant-size memory."""
 from __future__ import annotations
 
 import json
+import re
 import math
 from collections import Counter
 
@@ -44,6 +45,7 @@ from agentrl_lite.tasks.memory import (
     manager_outcome,
     manager_reward,
     manager_tasks,
+    heldout_dialogues,
     memory_dialogues,
     memory_text,
     op_confusion,
@@ -86,6 +88,23 @@ def test_splits_are_by_dialogue_and_share_no_entity(dialogues):
              for split in SPLITS}
     assert not names["train"] & names["heldout"] and not names["train"] & names["validation"]
     assert not names["validation"] & names["heldout"]
+
+
+def test_the_heldout_dialogues_are_new_and_share_no_word_with_the_first_data_set(dialogues):
+    """Lesson 11's held-out set (`heldout_dialogues`) replaced the first data set's held-out split: none of its
+    invented words (names, places, values) occurs in any of the 200 first dialogues, and its file is the generator's."""
+    from agentrl_lite.tasks import DATA_DIR, read_jsonl
+    from agentrl_lite.tasks.memory.dialogues import _reserved_words
+
+    heldout = heldout_dialogues()
+    assert read_jsonl(DATA_DIR / "memory_heldout.jsonl") == heldout
+    assert read_jsonl(DATA_DIR / "memory_validation.jsonl") == [d for d in dialogues if d["split"] == "validation"]
+    words = lambda ds: {w for d in ds for t in d["turns"] for w in re.findall(r"[a-z]+", t["text"].lower())}
+    new = words(heldout) - _reserved_words()
+    assert new and not new & words(dialogues), sorted(new & words(dialogues))[:5]
+    assert not {d["id"] for d in heldout} & {d["id"] for d in dialogues}
+    assert sum(len(d["questions"]) for d in heldout[:14]) >= 100  # the cpu profile's fourteen
+    assert {q["kind"] for d in heldout[:14] for q in d["questions"]} == set(KINDS)
 
 
 def test_dialogues_fit_a_small_context(dialogues):

@@ -11,6 +11,7 @@ from agentrl_lite.episode import Episode
 from agentrl_lite.rewards import exact_match, exact_match_reward, f1_reward, normalize_answer, token_f1
 from agentrl_lite.tasks import DATA_DIR, read_jsonl
 from agentrl_lite.tasks.search import (
+    HELDOUT_PER_KIND,
     KINDS,
     UNKNOWN,
     SearchEnv,
@@ -20,6 +21,7 @@ from agentrl_lite.tasks.search import (
     evidence,
     grounded,
     grounding_reward,
+    heldout_world,
     search_plan,
     search_questions,
     verified_exact_match_reward,
@@ -44,9 +46,26 @@ def questions(world):
 
 def test_the_committed_corpus_and_questions_are_the_generators(world, questions):
     assert read_jsonl(DATA_DIR / "search_corpus.jsonl") == world.documents
-    committed = [q for split in ("train", "validation", "heldout")
-                 for q in read_jsonl(DATA_DIR / f"search_{split}.jsonl")]
-    assert sorted(committed, key=lambda q: q["id"]) == sorted(questions, key=lambda q: q["id"])
+    committed = [q for split in ("train", "validation") for q in read_jsonl(DATA_DIR / f"search_{split}.jsonl")]
+    assert sorted(committed, key=lambda q: q["id"]) == sorted(
+        [q for q in questions if q["split"] != "heldout"], key=lambda q: q["id"])  # its held-out split is retired
+    test_world, heldout = heldout_world()
+    assert read_jsonl(DATA_DIR / "search_heldout_corpus.jsonl") == test_world.documents
+    assert read_jsonl(DATA_DIR / "search_heldout.jsonl") == heldout
+
+
+def test_the_heldout_world_is_new_balanced_and_answerable_from_its_own_corpus(world):
+    test_world, heldout = heldout_world()
+    names = lambda w: {e["name"] for e in w.people + w.organisations + w.works + w.towns} | set(w.provinces)
+    assert not names(world) & names(test_world), "a held-out entity shares a name with the course's world"
+    assert {k: sum(q["kind"] == k for q in heldout) for k in KINDS} == {k: HELDOUT_PER_KIND for k in KINDS}
+    text = {d["id"]: d["text"] for d in test_world.documents}
+    for q in heldout:
+        assert q["id"].startswith("h") and all(i.startswith("h") for i in q["support"])
+        if q["kind"] == "unanswerable":
+            assert q["answer"] == UNKNOWN and "not recorded" in text[q["support"][-1]], q
+        elif q["kind"] != "comparison":
+            assert q["answer"] in text[q["support"][-1]], q
 
 
 def test_corpus_size_names_and_every_kind_in_every_split(world, questions):

@@ -13,15 +13,15 @@ from pathlib import Path
 from agentrl_lite.paths import data_dir as default_data_dir
 from agentrl_lite.tasks import write_jsonl
 from agentrl_lite.tasks.arithmetic import (
-    arithmetic_tasks,
+    arithmetic_splits,
     calculator_demonstration,
     identity_arithmetic_tasks,
     identity_arithmetic_validation,
     small_arithmetic_tasks,
 )
 from agentrl_lite.tasks.function_calls import function_calling_splits, function_calling_validation
-from agentrl_lite.tasks.memory import memory_dialogues
-from agentrl_lite.tasks.search import SPLITS, demonstration, encyclopedia, search_questions
+from agentrl_lite.tasks.memory import heldout_dialogues, memory_dialogues
+from agentrl_lite.tasks.search import SPLITS, demonstration, encyclopedia, heldout_world, search_questions
 from agentrl_lite.tasks.sql import KINDS as SQL_KINDS
 from agentrl_lite.tasks.sql import SqlDatabase, sql_splits
 from agentrl_lite.tasks.sql import demonstration as sql_demonstration
@@ -38,16 +38,16 @@ def build_all(data_dir: Path | str | None = None) -> list[Path]:
     """Regenerate every data file (default: the checkout's data/). Seeds are fixed here, so the output is
     byte-identical every time."""
     data_dir = Path(data_dir or default_data_dir())
-    train = arithmetic_tasks(512, seed=1)
-    heldout = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
-    demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in train[:64]]
+    chains = arithmetic_splits()
+    demos = [{"id": t["id"], "messages": calculator_demonstration(t)} for t in chains["train"][:64]]
     small_train, small_validation, small_heldout = small_arithmetic_tasks()
     identity_train, identity_heldout = identity_arithmetic_tasks()
     calls_train, calls_heldout, calls_sft = function_calling_splits()
     words_train, words_heldout, words_sft = word_problem_splits()
     dialogues = memory_dialogues(seed=0)
     world = encyclopedia(seed=0, state_missing_year=True)  # a gap the documents state (docs/design/09_agentic_search.md)
-    questions = search_questions(world, seed=0)
+    questions = search_questions(world, seed=0)  # its held-out split is retired (`tasks.search.heldout_world`)
+    test_world, search_heldout = heldout_world()
     search_train = [q for q in questions if q["split"] == "train"]
     index = SearchIndex(world.documents)
     demo_rng = random.Random(3)  # demonstrations of every kind: a kind the cold start never shows, RL cannot find
@@ -61,9 +61,9 @@ def build_all(data_dir: Path | str | None = None) -> list[Path]:
                for q in sql_rng.sample([q for q in sql["train"] if q["kind"] == kind], SQL_SFT_PER_KIND)]
     sql_rng.shuffle(sql_sft)
     files = {
-        "arithmetic_train.jsonl": train,
-        "arithmetic_heldout.jsonl": heldout,
-        "arithmetic_validation.jsonl": arithmetic_tasks(128, seed=5, exclude=[t["question"] for t in train + heldout]),
+        "arithmetic_train.jsonl": chains["train"],
+        "arithmetic_heldout.jsonl": chains["heldout"],
+        "arithmetic_validation.jsonl": chains["validation"],
         "arithmetic_sft.jsonl": demos,
         "small_arithmetic_train.jsonl": small_train,
         "small_arithmetic_validation.jsonl": small_validation,
@@ -80,9 +80,12 @@ def build_all(data_dir: Path | str | None = None) -> list[Path]:
         "word_problems_sft.jsonl": words_sft,
         "word_problems_validation.jsonl": word_problem_validation(),
         "search_corpus.jsonl": world.documents,
-        **{f"search_{split}.jsonl": [q for q in questions if q["split"] == split] for split in SPLITS},
+        **{f"search_{split}.jsonl": [q for q in questions if q["split"] == split] for split in SPLITS[:2]},
+        "search_heldout.jsonl": search_heldout,
+        "search_heldout_corpus.jsonl": test_world.documents,
         "search_sft.jsonl": search_sft,
-        **{f"memory_{split}.jsonl": [d for d in dialogues if d["split"] == split] for split in SPLITS},
+        **{f"memory_{split}.jsonl": [d for d in dialogues if d["split"] == split] for split in SPLITS[:2]},
+        "memory_heldout.jsonl": heldout_dialogues(),  # the first data set's held-out split is retired
         **{f"sql_{split}.jsonl": rows for split, rows in sql.items()},
         "sql_sft.jsonl": sql_sft,
     }

@@ -103,34 +103,71 @@ def commutative_key(expression: str) -> tuple[str, ...]:
 IDENTITY_FORMS = ("{a} * 1", "1 * {a}", "{a} + 0", "0 + {a}", "{a} - 0")
 
 
-def identity_arithmetic_tasks(n_train: int = 256, n_heldout: int = 64,
-                              seed: int = 7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Questions that look like the hard ones but need no tool: `487 * 1`, `0 + 652`, `913 - 0` (lesson 07).
-
-    The operand has 2–3 digits, like the chains of `arithmetic_tasks`, so a policy cannot tell the two kinds
-    apart by the size of the numbers; the answer is the operand itself, which even the embedded model can
-    copy without a calculator (lesson 07 measures how often it does). Distinct questions, split into train
-    and held-out.
-    """
+def _identity_stream(n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """The first `n` distinct identity questions of the generator's stream (ids in stream order)."""
     rng = random.Random(seed)
     seen, rows = set(), []
-    while len(rows) < n_train + n_heldout:
+    while len(rows) < n:
         a = rng.randint(10, 999)
         expression = rng.choice(IDENTITY_FORMS).format(a=a)
         if expression in seen:
             continue
         seen.add(expression)
         rows.append({"question": f"What is {expression}?", "expression": expression, "answer": str(a)})
-    rows = [{"id": f"identity-{i:03d}", **row} for i, row in enumerate(rows)]
-    return rows[:n_train], rows[n_train:]
+    return [{"id": f"identity-{i:03d}", **row} for i, row in enumerate(rows)]
 
 
-def identity_arithmetic_validation(n: int = 64, n_train: int = 256, n_heldout: int = 64,
-                                   seed: int = 7) -> list[dict[str, Any]]:
-    """`n` more identity questions for tuning (lesson 07's validation split): the generator's stream continued
-    past the train and held-out questions of `identity_arithmetic_tasks`, so all three are distinct."""
-    _, rest = identity_arithmetic_tasks(n_train, n_heldout + n, seed)
-    return rest[n_heldout:]
+IDENTITY_SPLITS = {"train": (0, 256), "retired": (256, 320), "validation": (320, 384), "heldout": (384, 512)}
+"""positions in the identity stream (`_identity_stream`): training, the retired first held-out set (single-seed
+probes of lesson 07 scored it before validation splits existed), validation, and the held-out set drawn after
+all of them"""
+
+
+def identity_arithmetic_tasks() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Questions that look like the hard ones but need no tool: `487 * 1`, `0 + 652`, `913 - 0` (lesson 07).
+
+    The operand has 2–3 digits, like the chains of `arithmetic_tasks`, so a policy cannot tell the two kinds
+    apart by the size of the numbers; the answer is the operand itself, which even the embedded model can
+    copy without a calculator (lesson 07 measures how often it does). Distinct questions: the training and
+    the held-out ones of `IDENTITY_SPLITS`.
+    """
+    stream = _identity_stream(IDENTITY_SPLITS["heldout"][1])
+    return [stream[slice(*IDENTITY_SPLITS[split])] for split in ("train", "heldout")]
+
+
+def identity_arithmetic_validation() -> list[dict[str, Any]]:
+    """Identity questions for tuning (lesson 07's validation split), distinct from every other split."""
+    return _identity_stream(IDENTITY_SPLITS["validation"][1])[slice(*IDENTITY_SPLITS["validation"])]
+
+
+def retired_identity_heldout() -> list[dict[str, Any]]:
+    """The first identity held-out set, retired (`IDENTITY_SPLITS`): for tests that show no later split
+    overlaps it."""
+    return _identity_stream(IDENTITY_SPLITS["retired"][1])[slice(*IDENTITY_SPLITS["retired"])]
+
+
+ARITHMETIC_HELDOUT_SIZE = 128
+"""held-out chains (`arithmetic_splits`): lesson 07 scores the first half of its questions from here"""
+
+
+def arithmetic_splits() -> dict[str, list[dict[str, Any]]]:
+    """The chain questions' files: 512 for training (the first 64 also demonstrate the calculator), 128 for
+    validation and `ARITHMETIC_HELDOUT_SIZE` held out, pairwise disjoint.
+
+    The held-out set is drawn from a seed no earlier file used, disjoint from every other split and from the
+    retired first held-out set (seed 2: lesson 07's single-seed probes scored it before validation splits
+    existed; it is generated only to keep later splits disjoint from it)."""
+    train = arithmetic_tasks(512, seed=1)
+    retired = arithmetic_tasks(128, seed=2, exclude=[t["question"] for t in train])
+    validation = arithmetic_tasks(128, seed=5, exclude=[t["question"] for t in train + retired])
+    heldout = arithmetic_tasks(ARITHMETIC_HELDOUT_SIZE, seed=9,
+                               exclude=[t["question"] for t in train + retired + validation])
+    return {"train": train, "validation": validation, "heldout": heldout, "retired": retired}
+
+
+def retired_arithmetic_heldout() -> list[dict[str, Any]]:
+    """The first chain held-out set, retired (`arithmetic_splits`)."""
+    return arithmetic_splits()["retired"]
 
 
 def calculator_demonstration(task: dict[str, Any]) -> list[dict[str, str]]:

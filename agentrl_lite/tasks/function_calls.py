@@ -283,28 +283,50 @@ def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     return [*task["messages"], {"role": "assistant", "content": reply}]
 
 
-def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Synthetic function-calling tasks (lesson 05): 480 for RL, 120 held out, and 64 SFT demonstrations of
-    every category (irrelevance included, but only a few). All three are disjoint by request text.
+HELDOUT_SIZE = 120
+"""held-out tasks (`function_calling_splits`), all scored by lesson 05"""
 
-    The demonstrations show every category because GRPO can only reinforce what the policy already samples:
-    a cold start that never writes a second call gives parallel groups no spread in the number of calls
-    (`docs/design/05_rl_for_tool_calls.md`)."""
+
+def _first_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The RL tasks, the retired first held-out set and the demonstrations' tasks, pairwise disjoint by request
+    text. The retired set (120 tasks, seed 22) was scored by lesson 05's single-seed probes before validation
+    splits existed, so it no longer measures anything; it is generated only to keep every later split disjoint
+    from it, and its draw still decides which demonstrations exist."""
     train = function_calling_tasks(480, seed=21, prefix="fc-train")
-    heldout = function_calling_tasks(120, seed=22, exclude={t["question"] for t in train}, prefix="fc-heldout")
-    seen = {t["question"] for t in train + heldout}
+    retired = function_calling_tasks(120, seed=22, exclude={t["question"] for t in train}, prefix="fc-heldout")
+    seen = {t["question"] for t in train + retired}
     sft_tasks = function_calling_tasks(64, seed=23, exclude=seen,
                                        weights={"simple": .25, "multiple": .25, "parallel": .2,
                                                 "parallel_multiple": .2, "irrelevance": .1},
                                        prefix="fc-sft")
+    return train, retired, sft_tasks
+
+
+def function_calling_splits() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Synthetic function-calling tasks (lesson 05): 480 for RL, `HELDOUT_SIZE` held out (drawn from a seed no
+    earlier file used, disjoint from every other split and from the retired first held-out set), and 64 SFT
+    demonstrations of every category (irrelevance included, but only a few). All are disjoint by request text.
+
+    The demonstrations show every category because GRPO can only reinforce what the policy already samples:
+    a cold start that never writes a second call gives parallel groups no spread in the number of calls
+    (`docs/design/05_rl_for_tool_calls.md`)."""
+    train, retired, sft_tasks = _first_splits()
+    seen = {t["question"] for t in train + retired + sft_tasks + function_calling_validation()}
+    heldout = function_calling_tasks(HELDOUT_SIZE, seed=25, exclude=seen, prefix="fc-test")
     demos = [{**t, "demonstration": demonstration(t)} for t in sft_tasks]
     return train, heldout, demos
 
 
+def retired_heldout() -> list[dict[str, Any]]:
+    """The first held-out set, retired (`_first_splits`): for tests that show no later split overlaps it."""
+    return _first_splits()[1]
+
+
 def function_calling_validation(n: int = 120) -> list[dict[str, Any]]:
-    """Tasks for tuning (lesson 05): the categories of the RL tasks, disjoint from `function_calling_splits`."""
-    train, heldout, demos = function_calling_splits()
-    seen = {t["question"] for t in train + heldout + demos}
+    """Tasks for tuning (lesson 05): the categories of the RL tasks, disjoint from the RL tasks, the
+    demonstrations and the retired held-out set (the new held-out set is drawn disjoint from these)."""
+    train, retired, sft_tasks = _first_splits()
+    seen = {t["question"] for t in train + retired + sft_tasks}
     return function_calling_tasks(n, seed=24, exclude=seen, prefix="fc-validation")
 
 

@@ -220,6 +220,34 @@ def search_questions(world: Encyclopedia, seed: int = 0) -> list[dict[str, Any]]
     return questions
 
 
+HELDOUT_WORLD_SEED = 1
+"""the seed of the held-out encyclopedia (`heldout_world`); the course's own world is seed 0"""
+HELDOUT_PER_KIND = 50
+"""held-out questions of each kind drawn from the held-out world"""
+
+
+def heldout_world() -> tuple[Encyclopedia, list[dict[str, Any]]]:
+    """A second encyclopedia and `HELDOUT_PER_KIND` questions of each kind about it: lesson 09's held-out set.
+
+    The first held-out set, the held-out split of the course's world, was retired: its first 48 questions settled
+    choices of the lesson's design (which kinds RL trains on) and it holds only 19 unanswerable questions in all.
+    Every question here is about a world that no demonstration, training question or probe has touched, so the
+    agent must search a corpus it has never seen; its entities' names appear nowhere in the course's world
+    (a test checks). Ids start with `h`, documents' too."""
+    world = encyclopedia(seed=HELDOUT_WORLD_SEED, state_missing_year=True)
+    world.documents = [{**d, "id": "h" + d["id"]} for d in world.documents]
+    questions = search_questions(world, seed=HELDOUT_WORLD_SEED)
+    rng = random.Random(HELDOUT_WORLD_SEED)
+    sample = [q for kind in KINDS for q in rng.sample([q for q in questions if q["kind"] == kind], HELDOUT_PER_KIND)]
+    return world, [{**q, "id": "h" + q["id"], "split": "heldout"} for q in sample]
+
+
+def retired_heldout() -> list[dict[str, Any]]:
+    """The first held-out set, retired (`heldout_world`): the held-out split of the course's world."""
+    return [q for q in search_questions(encyclopedia(seed=0, state_missing_year=True), seed=0)
+            if q["split"] == "heldout"]
+
+
 SYSTEM_PROMPT = (
     "You answer questions about an encyclopedia you have never read. Use the search tool to look things up: "
     "search for the names in the question, one at a time. When you know the answer, reply with "

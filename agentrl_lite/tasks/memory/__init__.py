@@ -55,7 +55,7 @@ from agentrl_lite.tasks.memory.demonstrations import (
     ideal_call,
     manager_note,
 )
-from agentrl_lite.tasks.memory.dialogues import DIALOGUES, SPLIT_SHARES, SPLITS, memory_dialogues
+from agentrl_lite.tasks.memory.dialogues import DIALOGUES, SPLIT_SHARES, SPLITS, heldout_dialogues, memory_dialogues
 from agentrl_lite.tasks.memory.manager import (
     FORMAT_WEIGHT,
     MARK,
@@ -105,7 +105,7 @@ __all__ = [
     # questions
     "KINDS", "QUESTIONS_PER_KIND", "UNKNOWN", "gold_answer_in_bank", "probes",
     # dialogues
-    "DIALOGUES", "SPLITS", "SPLIT_SHARES", "memory_dialogues",
+    "DIALOGUES", "SPLITS", "SPLIT_SHARES", "heldout_dialogues", "memory_dialogues",
     # baselines
     "append_only", "last_write_wins", "op_confusion", "oracle",
     # manager

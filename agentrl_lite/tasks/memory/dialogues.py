@@ -37,7 +37,11 @@ from agentrl_lite.tasks.memory.templates import (
 SPLITS = ("train", "validation", "heldout")
 SPLIT_SHARES = (0.7, 0.1, 0.2)
 DIALOGUES = 200
-"""dialogues in the course's data set (140 train, 20 validation, 40 held out)"""
+"""dialogues in the course's first data set (140 train, 20 validation, 40 held out: retired, `heldout_dialogues`)"""
+HELDOUT_DIALOGUES = 40
+"""dialogues in the held-out set (`heldout_dialogues`)"""
+HELDOUT_SEED = 1
+"""the held-out dialogues' seed; the course's first data set is seed 0"""
 
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kl", "st",
            "th", "tr", "sk", "vr", "sh"]
@@ -163,3 +167,22 @@ def memory_dialogues(seed: int = 0, n: int = DIALOGUES) -> list[dict[str, Any]]:
         dialogues[i] = {"split": "train" if rank < cut1 else "validation" if rank < cut2 else "heldout",
                         **dialogues[i]}
     return dialogues
+
+
+def heldout_dialogues(n: int = HELDOUT_DIALOGUES, seed: int = HELDOUT_SEED) -> list[dict[str, Any]]:
+    """`n` held-out dialogues drawn after the course's first data set (`memory_dialogues(0)`), from their own seed.
+
+    They replace the first data set's held-out split (retired: design probes and the first seed studies read it)
+    and use no invented word of any of its 200 dialogues. Ids are `memh0000`, ...; split "heldout"."""
+    taken = _reserved_words()
+    first = random.Random(0)
+    for i in range(DIALOGUES):  # replaying the first data set's draws reserves every word it invented
+        _dialogue(first, taken, f"mem{i:04d}")
+    rng = random.Random(seed)
+    return [{"split": "heldout", **_dialogue(rng, taken, f"memh{i:04d}")} for i in range(n)]
+
+
+def retired_heldout() -> list[dict[str, Any]]:
+    """The first data set's held-out split, retired (`heldout_dialogues`)."""
+    return [d for d in memory_dialogues(seed=0) if d["split"] == "heldout"]
+
