@@ -20,7 +20,8 @@ If no checkpoint meets the plan condition, the study says so and chooses nothing
 `python -m agentrl_lite.course.cold_start_study --profile cpu --seeds 0 1 2 3 4` writes
 `results/lessons/06_cold_start_study.json`; with `--steps 10 15` only those checkpoints are evaluated (sampling
 `PASS_K` episodes per problem costs about eight greedy evaluations) and the file is
-`06_cold_start_study_steps-10-15.json`, beside the full study. What it found, and what is still to measure before lessons 06 and 08
+`06_cold_start_study_steps-10-15.json`, beside the full study; `--demos stickers=2` adds two demonstrations of a
+template (moved from the RL problems) and names the file after them. What it found, and what is still to measure before lessons 06 and 08
 move to the chosen start (the headroom GRPO needs), is on docs/design/08_credit_assignment.md.
 """
 
@@ -53,11 +54,13 @@ decoding fails but one of `PASS_K` samples solves is one GRPO can learn from; on
 
 
 def run_seed(seed: int, profile: str, steps: tuple[int, ...] = STEPS, model_name: str | None = None,
-             n_items: int | None = None, k: int = PASS_K) -> dict[int, dict[str, Any]]:
+             n_items: int | None = None, k: int = PASS_K, extra_demos: dict[str, int] | None = None
+             ) -> dict[int, dict[str, Any]]:
     """One SFT run of `max(steps)` steps from the base model; the validation evaluation after each step in
     `steps`: {steps: {accuracy, calls_per_episode, ids, correct, tool_calls, by_label, loss, sampled}}, where
     `sampled` holds, per problem, how many of `k` samples at temperature 1 were right, and per template the
-    greedy accuracy, pass@1 and pass@k at temperature 1. model_name "tiny": the 2-layer random model of the tests."""
+    greedy accuracy, pass@1 and pass@k at temperature 1. model_name "tiny": the 2-layer random model of the tests.
+    extra_demos: `word_problems.cold_start_split`'s (None: the lessons' demonstrations)."""
     from agentrl_lite.evaluate import evaluate
     from agentrl_lite.models import load_policy, tiny_policy
     from agentrl_lite.rollout import RolloutConfig
@@ -66,7 +69,7 @@ def run_seed(seed: int, profile: str, steps: tuple[int, ...] = STEPS, model_name
     from agentrl_lite.tasks.word_problems import cold_start_split
 
     seed_everything(seed)
-    _, validation, demos = cold_start_split(split="validation")
+    _, validation, demos = cold_start_split(extra_demos, split="validation")
     validation = validation[:n_items]
     model, tokenizer = tiny_policy(seed=0) if model_name == "tiny" else load_policy(model_name)
     env = ArithmeticEnv()
@@ -115,12 +118,13 @@ def choose(table: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def cold_start_study(seeds: list[int], profile: str = "auto", steps: tuple[int, ...] = STEPS,
-                     model_name: str | None = None, n_items: int | None = None, k: int = PASS_K) -> dict[str, Any]:
+                     model_name: str | None = None, n_items: int | None = None, k: int = PASS_K,
+                     extra_demos: dict[str, int] | None = None) -> dict[str, Any]:
     """Every seed's run; returns {"table": {steps: [row per seed]}, "choice": choose(table), "seeds": seeds}."""
     from tqdm.auto import tqdm
 
     profile = resolve_profile(profile)
-    runs = [run_seed(seed, profile, steps, model_name, n_items, k) for seed in tqdm(seeds, desc="cold starts")]
+    runs = [run_seed(seed, profile, steps, model_name, n_items, k, extra_demos) for seed in tqdm(seeds, desc="cold starts")]
     table = {k: [run[k] for run in runs] for k in steps}
     return {"table": table, "choice": choose(table), "seeds": list(seeds)}
 
@@ -131,19 +135,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="auto", choices=["auto", "smoke", "cpu", "gpu"])
     parser.add_argument("--steps", type=int, nargs="+", default=list(STEPS),
                         help="the checkpoints evaluated (default: every one of STEPS)")
+    parser.add_argument("--demos", nargs="+", default=[], metavar="TEMPLATE=N",
+                        help="more demonstrations, moved from the RL problems, on top of the lessons' (crates=8)")
     args = parser.parse_args(argv)
     profile = resolve_profile(args.profile)
     steps = tuple(sorted(args.steps))
-    name = "06_cold_start_study" if steps == STEPS else f"06_cold_start_study_steps-{'-'.join(map(str, steps))}"
+    extra = {template: int(n) for template, n in (d.split("=") for d in args.demos)}
+    name = "06_cold_start_study" + ("" if steps == STEPS else f"_steps-{'-'.join(map(str, steps))}") + "".join(
+        f"_{template}-{n}" for template, n in extra.items())
+    extra_demos = {"crates": 8, **extra} if extra else None
     clock = time.perf_counter()
-    study = cold_start_study(args.seeds, profile, steps, n_items=4 if profile == "smoke" else None)
-    summary = {**study, "settings": {"steps": list(steps), "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
+    study = cold_start_study(args.seeds, profile, steps, n_items=4 if profile == "smoke" else None,
+                             extra_demos=extra_demos)
+    summary = {**study, "settings": {"steps": list(steps), "extra_demos": extra_demos or {"crates": 8}, "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
                                      "pass_k": PASS_K,
                                      "sft": SFT, "turns": TURNS, "tokens": TOKENS, "split": "validation"},
                "notebook_seconds": time.perf_counter() - clock}
     command = os.environ.get("AGENTRL_COMMAND") or (
         f"python -m agentrl_lite.course.cold_start_study --profile {profile} --seeds {' '.join(map(str, args.seeds))}"
-        + ("" if steps == STEPS else f" --steps {' '.join(map(str, steps))}"))
+        + ("" if steps == STEPS else f" --steps {' '.join(map(str, steps))}")
+        + (f" --demos {' '.join(args.demos)}" if args.demos else ""))
     path = write_results(name, summary, profile=profile, model="SmolLM2-135M-Instruct (embedded)",
                          seed=args.seeds[0], command=command)
     for k, rows in study["table"].items():
