@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl_lite.course.cold_start_study import PLAN_CALLS, TOLERANCE, choose, cold_start_study
+from agentrl_lite.course.cold_start_study import PLAN_CALLS, TOLERANCE, choose, cold_start_study, headroom_choice
 from agentrl_lite.models import tiny_policy
 from agentrl_lite.sft import SFTConfig, sft
 
@@ -59,3 +59,25 @@ def test_the_study_records_each_seed_at_each_checkpoint_with_per_item_outcomes()
             assert set(sampled["by_template"]) <= {"change", "savings", "stickers", "crates"}
             assert 0.0 <= sampled["headroom"] <= 1.0
     assert study["table"][1][0]["loss"] != study["table"][2][0]["loss"]
+
+
+def _sampled(calls, headroom):
+    return [{"calls_per_episode": c, "sampled": {"headroom": h}} for c, h in zip(calls, headroom, strict=True)]
+
+
+def test_the_headroom_rule_takes_the_most_room_among_starts_with_the_plan():
+    plan = [2.0, 2.0]
+    assert headroom_choice({10: _sampled(plan, [0.1, 0.0]), 15: _sampled(plan, [0.0, 0.05])}) == 10
+    assert headroom_choice({10: _sampled(plan, [0.05, 0.05]), 15: _sampled(plan, [0.1, 0.0])}) == 10, "a tie: fewer"
+    assert headroom_choice({10: _sampled([2.0, 1.0], [0.5, 0.5]), 15: _sampled(plan, [0.0, 0.1])}) == 15
+    assert headroom_choice({10: _sampled([1.0, 1.0], [0.5, 0.5])}) is None
+
+
+def test_the_lessons_cold_start_is_the_committed_studys_choice():
+    """`word_problems.COLD_START_STEPS` is what the headroom rule chooses from the committed measurement."""
+    from agentrl_lite.course.results import read_results
+    from agentrl_lite.tasks.word_problems import COLD_START_STEPS
+
+    study = read_results("06_cold_start_study_steps-10-15", "cpu", committed=True)["metrics"]
+    assert len(study["seeds"]) >= 5 and study["settings"]["pass_k"] == 8
+    assert headroom_choice({int(k): rows for k, rows in study["table"].items()}) == COLD_START_STEPS

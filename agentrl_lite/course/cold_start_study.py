@@ -117,6 +117,18 @@ def choose(table: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
             f"problem and the worst seed within {TOLERANCE} of the best worst seed"}
 
 
+def headroom_choice(table: dict[Any, list[dict[str, Any]]]) -> Any:
+    """The second rule (fixed before its run, docs/design/08): among the candidates of {candidate: [per-seed rows]}
+    (numbers of steps, or numbers of extra demonstrations) at which every seed makes the two-call plan, the one
+    with the largest mean headroom over seeds; on a tie the first in sorted order (fewer steps or demonstrations).
+    None when no candidate has the plan in every seed."""
+    eligible = [c for c in sorted(table) if min(r["calls_per_episode"] for r in table[c]) >= PLAN_CALLS]
+    if not eligible:
+        return None
+    mean = {c: float(np.mean([r["sampled"]["headroom"] for r in table[c]])) for c in eligible}
+    return max(eligible, key=lambda c: (mean[c], -eligible.index(c)))
+
+
 def cold_start_study(seeds: list[int], profile: str = "auto", steps: tuple[int, ...] = STEPS,
                      model_name: str | None = None, n_items: int | None = None, k: int = PASS_K,
                      extra_demos: dict[str, int] | None = None) -> dict[str, Any]:

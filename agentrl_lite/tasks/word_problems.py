@@ -125,6 +125,12 @@ def demonstration(task: dict[str, Any]) -> list[dict[str, str]]:
     return messages
 
 
+COLD_START_STEPS = 10
+"""SFT steps of the cold start of lessons 06 and 08 (batch 8, rate 1e-4), chosen on validation problems by
+`course.cold_start_study` over five seeds: at 5 steps three seeds made one call and solved nothing; from 10 every seed
+makes the two-call plan, and 10 leaves more headroom (problems greedy decoding fails and a sample at temperature 1
+solves) than 15, where the demonstrated templates are at their ceiling (docs/design/08_credit_assignment.md)"""
+
 HELDOUT_SIZE = 208
 """held-out problems, 26 per template: 104 of the two-step templates lessons 06 and 08 score"""
 
