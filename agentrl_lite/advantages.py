@@ -5,7 +5,7 @@ Rollouts give us, for every prompt, a *group* of G completions o_1..o_G with sca
 module turns rewards into advantages, the weights the policy loss (`agentrl_lite.loss`) puts on each
 completion's tokens. It matches TRL 1.16's GRPOTrainer (`tests/test_trl_equality.py`).
 
-Advantages (group-relative: "was this completion better than its siblings?")
+Advantages (group-relative: "was this completion better than its siblings?")::
 
     A_i = (r_i - mean(r_1..r_G)) / (std + 1e-4)      std: unbiased (Bessel), of the group or of the batch
     Dr. GRPO drops the division (scale_rewards="none"); RLOO uses the mean of the *other* G-1 rewards.
@@ -13,7 +13,7 @@ Advantages (group-relative: "was this completion better than its siblings?")
 A group whose rewards are all equal gets A_i = 0 exactly: it teaches nothing (TRL's `frac_reward_zero_std`).
 
 Turn-level credit (multi-turn episodes). Episode i has model turns t = 0..T_i-1 with rewards r_it (by default
-only the episode reward R_i, received at its last turn); every token of a turn gets that turn's advantage:
+only the episode reward R_i, received at its last turn); every token of a turn gets that turn's advantage::
 
     broadcast:   A_it = A_i                                   the episode's advantage on every turn (default)
     discounted:  G_it = Σ_{k≥t} γ^(k-t) r_ik                  return from turn t; terminal only: γ^(T_i-1-t) R_i

@@ -61,6 +61,7 @@ class ParseResult:
 
     calls: the well-formed calls, in order of appearance.
     errors: one model-facing message (starting with "Error:") per malformed block, in order of appearance.
+
     blocks: calls and errors interleaved in the order they appear in the text (a ToolCall or an error
         string each); this is the order in which a toolbox answers them.
     """

@@ -198,7 +198,7 @@ class TurnSample:
 
     token_ids: list[int]
     logprobs: list[float]
-    """log π_old(token | prefix) at the sampling temperature (temperature 0: at temperature 1)"""
+    """log π_old(token | prefix) at the sampling temperature (at temperature 1 when sampling greedily)"""
     finished: bool
     """the turn ended with the end-of-turn token (included in token_ids); False when cut by the budget"""
 

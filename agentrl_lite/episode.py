@@ -27,6 +27,7 @@ class Turn:
 
     role: "model" for a policy turn, "tool" for the environment's reply (tool responses + the next
         assistant header), "prompt" for the initial prompt.
+
     start, end: the half-open token span [start, end) of this turn inside `Episode.token_ids`.
     """
 
@@ -47,10 +48,13 @@ def is_void_turn(turn: Turn) -> bool:
     """Whether a model turn is void (SimpleTIR): it yields neither a complete tool call nor a final answer.
 
     Void means both:
+
     - no complete tool call: no closed `<tool_call> ... </tool_call>` block (`chat.has_complete_tool_call`),
       i.e. no call at all or only a `<tool_call>` that was never closed;
     - no final answer: no `<answer>...</answer>` (`chat.extract_answer` returns None).
+
     How the edge cases count:
+
     - a closed block whose JSON is malformed is *not* void: the environment answers it with a parse error
       the policy can learn from, as SimpleTIR's interpreter answers a complete code block that fails;
     - a turn cut by the token budget (`finished` False) is judged by its text like any other: void unless
@@ -58,6 +62,7 @@ def is_void_turn(turn: Turn) -> bool:
       Being cut is a separate matter, handled by DAPO's overlong filtering (`mask_truncated_completions`);
     - without tools (single-turn tasks) a final reply without `<answer>` tags is void: it is an episode
       with stop_reason "no_answer". Only the text counts, so a closed tool-call block there is not void.
+
     Prompt and tool turns are never void.
     """
     if turn.role != "model":

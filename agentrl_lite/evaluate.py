@@ -174,11 +174,13 @@ def evaluate(
 
     config: how episodes are sampled; default `GREEDY` (temperature 0: one deterministic answer per task).
     label_key: the task field to report per label (default: the first of `LABEL_KEYS` a task has).
+
     dtype: None evaluates the model as it is. "auto" or "bfloat16": a copy cast to that dtype answers
         (`models.sampling_copy`), as an inference server would serve the policy; on a CPU with bf16 instructions
         it runs about twice as fast. Greedy answers can then differ from the fp32 policy's where two tokens are
         nearly tied, so compare policies evaluated with the same dtype. A GPU with bf16 gets the bf16 copy too
         (the policy itself stays fp32 everywhere: `models.resolve_dtype`).
+
     Each episode also keeps its score as `episode.metadata["score"]`, which the trajectory viewer shows.
     """
     tasks = list(tasks)

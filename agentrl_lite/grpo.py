@@ -2,6 +2,7 @@
 one readable loop over an `Environment`.
 
 Each step:
+
 1. draw `prompts_per_step` tasks and sample `group_size` episodes for each (the rollout engine, so
    single-turn and multi-turn tasks share one path);
 2. score every episode with the reward functions (TRL's signature, called with `rewards.reward_kwargs`, the

@@ -3,6 +3,7 @@ loss needs, and the policy's entropy where it acted.
 
 Both SFT and RL need per-token log-probabilities of given sequences, on a subset of positions (assistant or
 policy tokens). Two savings, both exact:
+
 - the vocabulary projection is the most expensive part of a small model's forward pass (49k × hidden for
   every position), so only the positions whose next token is scored are projected;
 - the rows of a GRPO batch start with the same prompt (the system prompt and tool schemas at least, the whole

@@ -2,14 +2,14 @@
 clipped surrogate, the KL estimators, and how token losses are aggregated. It matches TRL 1.16's
 GRPOTrainer (`tests/test_trl_equality.py` runs TRL's own loss code on the same tensors).
 
-Clipped surrogate (PPO), per policy token t of completion i, with the importance ratio
+Clipped surrogate (PPO), per policy token t of completion i, with the importance ratio::
 
     ρ_it = π_θ(o_it | q, o_i<t) / π_old(o_it | q, o_i<t) = exp(logprobs - old_logprobs)
     ℓ_it = -min(ρ_it · A_i,  clip(ρ_it, 1 - ε_low, 1 + ε_high) · A_i)  +  β · KL_it
 
 The min makes the objective pessimistic: once a token's probability has moved more than ε in the
 direction the advantage asks for, its gradient is zero (the update is "trusted" only near π_old).
-The GRPO objective (DeepSeekMath) maximises, over prompts q and groups o_1..o_G ~ π_old(· | q),
+The GRPO objective (DeepSeekMath) maximises, over prompts q and groups o_1..o_G ~ π_old(· | q)::
 
     J(θ) = E[ (1/G) Σ_i (1/|o_i|) Σ_t ( min(ρ_it A_i, clip(ρ_it, 1 - ε, 1 + ε) A_i) - β KL_it ) ]
 
@@ -18,7 +18,7 @@ DAPO's clip-higher sets ε_high = 0.28 > ε_low = 0.2 so unlikely tokens can gro
 GSPO (importance_sampling_level="sequence") uses one ratio per completion, the geometric mean
 exp(mean_t(logprobs - old_logprobs)), instead of one per token.
 
-KL to the reference policy, k3 estimator (Schulman, "Approximating KL Divergence"), per sampled token:
+KL to the reference policy, k3 estimator (Schulman, "Approximating KL Divergence"), per sampled token::
 
     log_ρ = ref_logprobs - logprobs,   k3 = exp(log_ρ) - log_ρ - 1  ≥ 0,   E_{π_θ}[k3] = KL(π_θ ‖ π_ref)
 
@@ -26,7 +26,7 @@ TRL (use_bias_correction_kl=True, its default) multiplies k3 by the importance r
 gradient is unbiased when the samples came from π_old; on-policy the value is unchanged.
 
 Aggregation: how token losses ℓ_it (mask m_it = 1 on policy tokens) become one number. This decides how
-much a long completion weighs against a short one, which is the whole point of Dr. GRPO and DAPO:
+much a long completion weighs against a short one, which is the whole point of Dr. GRPO and DAPO::
 
     grpo:     (1/B) Σ_i (1/|o_i|) Σ_t ℓ_it    every completion weighs the same, so each token of a long
               completion weighs less: a long wrong answer is punished less per token, a short right one

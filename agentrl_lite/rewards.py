@@ -15,6 +15,7 @@ unchanged and scores this library's own rollouts too: our trainer calls every re
 - `None` means "this reward does not apply to this sample" (TRL skips it when summing rewards).
 
 What each reward measures, and the paper it comes from:
+
 - `format_reward`: the answer format is respected (1/0); `tool_format_reward`: a function-calling reply
   is clean tool calls only, or plain text with no call (1/0).
 - `correctness_reward`: the `<answer>` is mathematically equal to the gold answer (HF math-verify).
@@ -418,12 +419,14 @@ def tool_call_reward(
 
     From "ToolRL: Reward is All Tool Learning Needs" (Qian et al., 2025), section 3.3, with P the predicted
     calls (`predicted_calls`) and G the gold calls, each `{"name": ..., "arguments": {...}}`:
+
     - tool names: r_name = |N_G ∩ N_P| / |N_G ∪ N_P| on the multisets of names, in [0, 1];
     - parameter names: r_param = Σ over matched pairs (g, p) of Jaccard(keys(g), keys(p)), in [0, |G|];
     - parameter values: r_value = Σ over matched pairs of #{k ∈ keys(g): p[k] == g[k]}, in [0, Σ_g |keys(g)|];
     - pairs come from the matching of P to G (same tool name only) that maximises r_param + r_value;
       the paper asks for the optimal matching, which we compute exactly (Hungarian algorithm);
     - R_correct = 6 · (r_name + r_param + r_value) / S_max − 3, with S_max = 1 + |G| + Σ_g |keys(g)|.
+
     The paper's total is R_format + R_correct ∈ [−3, 4]; compose with a format reward via `weighted_sum`.
 
     Conventions: no gold and no predicted calls is a perfect abstention (+3); calls where none were expected
@@ -466,11 +469,12 @@ def exact_match_tool_reward(
 
 
 def otc_tool_score(m: int, n: int, c: float = 1.0) -> float:
-    """OTC-GRPO's tool-use score r_tool ∈ [0, 1] for a trajectory with m calls when n calls were optimal.
+    """OTC-GRPO's tool-use score r_tool ∈ [0, 1] for a trajectory with m calls when n calls were optimal::
 
         n = 0:  r_tool = cos(m·π / (2m + c))            1 at m = 0, decays towards 0 as m grows
         n > 0:  r_tool = sin(f(m, n)·π / (2n)),  f(m, n) = 2nm / (m + n)
                                                          1 at m = n; 0 at m = 0; → 0 as m → ∞
+
     c: smoothing constant of the n = 0 branch (larger c: slower decay).
     """
     if m < 0 or n < 0:
@@ -505,6 +509,7 @@ def otc_reward(
     tool_calls: per-sample call counts m; default `count_tool_calls` of each completion.
     A group without a correct answer has no n: every reward in it is 0.0 (they would be 0 anyway, since
     r_correct = 0), so GRPO sees no signal from that group, exactly as with plain correctness.
+
     min_calls: a floor under n, for tasks that cannot be solved with fewer calls (a question about a corpus the
         model has never read needs at least one search; an answer right without one was a guess, and should not
         set the group's optimum to zero calls). 0: OTC as published.

@@ -115,6 +115,7 @@ def sft(
 
     tools: the tool schemas rendered into every conversation's prompt, or one list per conversation
     (tasks that bring their own functions, as in lesson 05).
+
     on_step: called with the number of steps done after each optimizer step (e.g. to evaluate the policy at
         several lengths of one run: with the constant rate, the first k steps of a longer run are the k-step run);
         it may generate with the model, which is back in training mode when it returns.

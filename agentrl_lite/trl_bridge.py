@@ -234,6 +234,7 @@ class TRLToolEnvironment:
 
     Do not instantiate this class: `trl_environment_factory(env)` builds a subclass with `env`'s tools as
     methods. How TRL 1.16 uses it (trl/trainer/grpo_trainer.py):
+
     - it calls the factory with no argument, one instance per rollout in a batch, and reuses the instances
       from batch to batch (so all state is set in `reset`);
     - before each rollout it calls `reset(**row)` with the whole dataset row: `prompt` and every task column;

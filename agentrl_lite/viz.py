@@ -1,6 +1,7 @@
 """Visualisation (reading any stage's output): pictures of training and of single episodes: learning curves, token probabilities, trajectories.
 
 Two kinds of looking, both needed to trust an RL run:
+
 - curves (`plot_curves`, `plot_bars`, `plot_token_probs`) say *whether* the numbers move, and
   `plot_seed_study` whether they move the same way in every seed;
 - tables (`markdown_table`, `show_table`) put the numbers of several runs side by side;

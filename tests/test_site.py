@@ -56,6 +56,12 @@ def test_the_site_has_a_page_per_lesson_the_results_the_guides_and_the_api(site)
     assert (site / "searchindex.js").is_file()
 
 
+def test_the_build_has_no_warnings(site):
+    """Docstrings, pages and notebooks all parse cleanly: every warning Sphinx printed is a defect of ours."""
+    warnings = (site.parent / "sphinx-warnings.txt").read_text().strip()
+    assert not warnings, warnings[:3000]
+
+
 def test_every_internal_link_image_and_anchor_resolves(site):
     assert broken_links(site) == []
 

@@ -436,14 +436,16 @@ def screenshots(site: Path, out: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------------- build
 def build(out: Path | None = None, root: Path | None = None, quiet: bool = True) -> Path:
     """Stage and build the site into `out` (default build/site/); returns the path of its index.html. Fails on a
-    Sphinx error; warnings are printed."""
+    Sphinx error; warnings are printed and also written to `out`/../sphinx-warnings.txt (empty when there are
+    none: a test keeps it so)."""
     from sphinx.cmd.build import build_main
 
     root = (root or course_root()).resolve()
     out = out or root / "build" / "site"
     src = stage(root / "build" / "site-src", root)
     os.environ["AGENTRL_SITE_REPO"] = str(root)
-    status = build_main(["-b", "html", "-j", "1", *(["-q"] if quiet else []), str(src), str(out)])
+    warnings = out.parent / "sphinx-warnings.txt"
+    status = build_main(["-b", "html", "-j", "1", "-w", str(warnings), *(["-q"] if quiet else []), str(src), str(out)])
     if status:
         raise RuntimeError(f"sphinx-build failed ({status}); source staged in {src}")
     return out / "index.html"

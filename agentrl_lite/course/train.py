@@ -1,5 +1,5 @@
 """Train any lesson's environment outside a notebook, with our trainer or with TRL's: the path to bigger models
-and many GPUs (`agentrl-lite train`, or `python -m agentrl_lite.course.train`).
+and many GPUs (`agentrl-lite train`, or `python -m agentrl_lite.course.train`)::
 
     agentrl-lite train --env search --trainer ours --model embedded --steps 8
     accelerate launch --config_file configs/accelerate/ddp.yaml -m agentrl_lite.course.train \\

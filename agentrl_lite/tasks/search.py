@@ -9,6 +9,7 @@ Some people's birth years are not recorded anywhere: questions about them have n
 
 The questions (`search_questions`), four kinds, each with its gold answer and the ids of the documents that
 support it:
+
 - single_hop: one document answers ("In which town was Varo Quen born?");
 - two_hop: a bridge entity first ("In which town was the founder of Telmar Works born?": the organisation's
   document names the founder, the founder's document names the town);
@@ -77,7 +78,7 @@ class Encyclopedia:
     towns: list[dict[str, Any]]
     """name, province, founded"""
     people: list[dict[str, Any]]
-    """name, town (birthplace), born (year or None: not recorded), profession"""
+    """name, town (birthplace), born (a year, or None when it is not recorded), profession"""
     organisations: list[dict[str, Any]]
     """name, founder (a person's name), founded, town (headquarters), industry"""
     works: list[dict[str, Any]]

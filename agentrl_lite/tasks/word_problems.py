@@ -37,6 +37,7 @@ class Template:
 
     story: the question, with `{name}` and one `{x}` field per number.
     numbers: per number, its inclusive range.
+
     steps: the plan, one expression per calculator call; operands are number fields or `{s<i>}`, the result
         of step i. The answer is the last step's result.
     """
