@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from agentrl_lite.course.cold_start_study import PLAN_CALLS, TOLERANCE, choose, cold_start_study, headroom_choice
+from agentrl_lite.course.cold_start_study import (
+    PLAN_CALLS,
+    TOLERANCE,
+    choose,
+    cold_start_study,
+    headroom_choice,
+)
 from agentrl_lite.models import tiny_policy
 from agentrl_lite.sft import SFTConfig, sft
 

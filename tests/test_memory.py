@@ -4,8 +4,8 @@ manager environment and the constant-size memory."""
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from collections import Counter
 
 import pytest
@@ -39,13 +39,13 @@ from agentrl_lite.tasks.memory import (
     decision_reward,
     demonstration,
     gold_answer_in_bank,
+    heldout_dialogues,
     ideal_call,
     last_write_wins,
     manager_note,
     manager_outcome,
     manager_reward,
     manager_tasks,
-    heldout_dialogues,
     memory_dialogues,
     memory_text,
     op_confusion,
@@ -99,7 +99,8 @@ def test_the_heldout_dialogues_are_new_and_share_no_word_with_the_first_data_set
     heldout = heldout_dialogues()
     assert read_jsonl(DATA_DIR / "memory_heldout.jsonl") == heldout
     assert read_jsonl(DATA_DIR / "memory_validation.jsonl") == [d for d in dialogues if d["split"] == "validation"]
-    words = lambda ds: {w for d in ds for t in d["turns"] for w in re.findall(r"[a-z]+", t["text"].lower())}
+    def words(ds):
+        return {w for d in ds for t in d["turns"] for w in re.findall(r"[a-z]+", t["text"].lower())}
     new = words(heldout) - _reserved_words()
     assert new and not new & words(dialogues), sorted(new & words(dialogues))[:5]
     assert not {d["id"] for d in heldout} & {d["id"] for d in dialogues}

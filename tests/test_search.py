@@ -56,7 +56,8 @@ def test_the_committed_corpus_and_questions_are_the_generators(world, questions)
 
 def test_the_heldout_world_is_new_balanced_and_answerable_from_its_own_corpus(world):
     test_world, heldout = heldout_world()
-    names = lambda w: {e["name"] for e in w.people + w.organisations + w.works + w.towns} | set(w.provinces)
+    def names(w):
+        return {e["name"] for e in w.people + w.organisations + w.works + w.towns} | set(w.provinces)
     assert not names(world) & names(test_world), "a held-out entity shares a name with the course's world"
     assert {k: sum(q["kind"] == k for q in heldout) for k in KINDS} == {k: HELDOUT_PER_KIND for k in KINDS}
     text = {d["id"]: d["text"] for d in test_world.documents}

@@ -55,7 +55,13 @@ from agentrl_lite.tasks.memory.demonstrations import (
     ideal_call,
     manager_note,
 )
-from agentrl_lite.tasks.memory.dialogues import DIALOGUES, SPLIT_SHARES, SPLITS, heldout_dialogues, memory_dialogues
+from agentrl_lite.tasks.memory.dialogues import (
+    DIALOGUES,
+    SPLIT_SHARES,
+    SPLITS,
+    heldout_dialogues,
+    memory_dialogues,
+)
 from agentrl_lite.tasks.memory.manager import (
     FORMAT_WEIGHT,
     MARK,
