@@ -105,11 +105,16 @@ def run_seed(seed: int, profile: str, steps: tuple[int, ...] = STEPS, model_name
     return out
 
 
+def _plan_in_every_seed(rows: list[dict[str, Any]]) -> bool:
+    """Every seed's cold start makes the two-call plan (at least `PLAN_CALLS` calls per problem)."""
+    return min(r["calls_per_episode"] for r in rows) >= PLAN_CALLS
+
+
 def choose(table: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     """The module's rule over {steps: [per-seed rows]}: the chosen steps (None when no checkpoint has the plan in
     every seed) and why."""
     worst = {k: min(r["accuracy"] for r in rows) for k, rows in table.items()}
-    plan = {k: min(r["calls_per_episode"] for r in rows) >= PLAN_CALLS for k, rows in table.items()}
+    plan = {k: _plan_in_every_seed(rows) for k, rows in table.items()}
     best = max(worst.values())
     eligible = [k for k in sorted(table) if plan[k] and worst[k] >= best - TOLERANCE]
     return {"chosen": eligible[0] if eligible else None, "worst_seed_accuracy": worst, "plan_in_every_seed": plan,
@@ -122,7 +127,7 @@ def headroom_choice(table: dict[Any, list[dict[str, Any]]]) -> Any:
     (numbers of steps, or numbers of extra demonstrations) at which every seed makes the two-call plan, the one
     with the largest mean headroom over seeds; on a tie the first in sorted order (fewer steps or demonstrations).
     None when no candidate has the plan in every seed."""
-    eligible = [c for c in sorted(table) if min(r["calls_per_episode"] for r in table[c]) >= PLAN_CALLS]
+    eligible = [c for c in sorted(table) if _plan_in_every_seed(table[c])]
     if not eligible:
         return None
     mean = {c: float(np.mean([r["sampled"]["headroom"] for r in table[c]])) for c in eligible}
@@ -159,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.perf_counter()
     study = cold_start_study(args.seeds, profile, steps, n_items=4 if profile == "smoke" else None,
                              extra_demos=extra_demos)
-    summary = {**study, "settings": {"steps": list(steps), "extra_demos": extra_demos or {"crates": 8}, "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
+    summary = {**study, "settings": {"steps": list(steps), "extra_demos": extra_demos or {"crates": 8},
+                                     "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
                                      "pass_k": PASS_K,
                                      "sft": SFT, "turns": TURNS, "tokens": TOKENS, "split": "validation"},
                "notebook_seconds": time.perf_counter() - clock}
