@@ -382,6 +382,28 @@ def test_a_notebook_over_its_memory_budget_fails_in_smoke_and_is_flagged_otherwi
     assert failed.errors[-1].cell_index == 4, "the error points at the heaviest cell"
 
 
+@pytest.mark.notebooks
+def test_a_kernels_memory_leaves_out_what_else_the_runner_started(tmp_path: Path) -> None:
+    """Under pytest-xdist a worker keeps processes an earlier test started (lesson 10's forkserver): summing every
+    descendant of the runner gave a 500 MB notebook a 996 MB peak. Only the kernel's own tree counts."""
+    import subprocess
+    import sys
+
+    mb = 600
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", f"import time\nblock = bytearray(b'x' * ({mb} << 20))\nprint('ready', flush=True)\n"
+                               "time.sleep(120)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert bystander.stdout.readline().strip() == "ready"
+        notebook = tmp_path / "small.ipynb"
+        nbformat.write(new_notebook(cells=[new_code_cell("import time\ntime.sleep(1.0)")]),
+                       str(notebook))
+        run = execute_notebook(notebook, tmp_path / "small_out.ipynb", "smoke")
+    finally:
+        bystander.kill()
+        bystander.wait()
+    assert run.status == "ok" and 20 < run.peak_rss_mb < mb, f"peak {run.peak_rss_mb} MB: the bystander counted"
+
 def test_pages_a_forked_child_shares_with_its_parent_count_once_in_a_kernels_memory(monkeypatch) -> None:
     """Lesson 10 runs candidate kernels in children forked from a forkserver that preloads PyTorch: summing each
     process's RSS counted the shared pages once per child (its cpu peak read 6.9 GB). The kernel itself is read

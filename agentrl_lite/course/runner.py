@@ -9,7 +9,6 @@ the runtime records) are in `course.course_runs`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import tempfile
 import time
@@ -30,11 +29,11 @@ from agentrl_lite.course.memory import RSS_EVERY_S, peak_memory
 KERNEL = "python3"
 
 
-@functools.cache
-def _ipc_kernel_manager() -> type:
+def _ipc_kernel_manager(pids: list[int]) -> type:
     """A kernel manager whose kernel talks over local IPC sockets (files in Jupyter's runtime folder) instead of
     TCP ports: nothing listens on the network, so ipykernel has nothing to warn about (it warns, once per
-    notebook, that TCP without encryption can be eavesdropped)."""
+    notebook, that TCP without encryption can be eavesdropped). It appends each kernel's process id to `pids`,
+    so the memory of that kernel, and of nothing else, is measured."""
     import uuid
 
     from jupyter_client.manager import AsyncKernelManager
@@ -45,6 +44,10 @@ def _ipc_kernel_manager() -> type:
             Path(jupyter_runtime_dir()).mkdir(parents=True, exist_ok=True)
             ip = os.path.join(jupyter_runtime_dir(), f"agentrl-{uuid.uuid4().hex[:12]}")
             super().__init__(transport="ipc", ip=ip, **kwargs)
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            pids.append(self.provisioner.pid)
 
     return IPCKernelManager
 
@@ -189,11 +192,12 @@ def execute_notebook(
     stopped: Exception | None = None
     start = time.perf_counter()
     samples: list[tuple[float, float]] = []
+    kernel_pids: list[int] = []
     # the kernel's temporary files (multiprocessing's pymp-* folders, stashed weights) go to a folder of this run,
     # removed when the notebook ends even if the kernel was killed before its own clean-up ran
     with tempfile.TemporaryDirectory(prefix="agentrl-kernel-", ignore_cleanup_errors=True) as scratch, \
             _environ({"AGENTRL_PROFILE": profile, "PYTHONPATH": pythonpath, "TMPDIR": scratch, **(env or {})}), \
-            peak_memory(samples) as peak:
+            peak_memory(samples, roots=lambda: kernel_pids) as peak:
         try:
             papermill.execute_notebook(
                 str(path),
@@ -204,7 +208,7 @@ def execute_notebook(
                 execution_timeout=timeout_per_cell,
                 allow_errors=allow_errors,
                 parameters=parameters or {},
-                kernel_manager_class=_ipc_kernel_manager(),
+                kernel_manager_class=_ipc_kernel_manager(kernel_pids),
             )
         except PapermillExecutionError:
             pass  # the failing cells carry error outputs in the executed copy; read below
