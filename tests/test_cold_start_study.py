@@ -87,3 +87,19 @@ def test_the_lessons_cold_start_is_the_committed_studys_choice():
     study = read_results("06_cold_start_study_steps-10-15", "cpu", committed=True)["metrics"]
     assert len(study["seeds"]) >= 5 and study["settings"]["pass_k"] == 8
     assert headroom_choice({int(k): rows for k, rows in study["table"].items()}) == COLD_START_STEPS
+
+
+def test_the_lessons_stickers_demonstrations_are_the_committed_studys_choice():
+    """`word_problems.COLD_START_DEMOS["stickers"]` is what the headroom rule chooses among 0, 2 and 4 stickers
+    demonstrations at `COLD_START_STEPS` steps, from the committed measurements (the others' demonstrations equal)."""
+    from agentrl_lite.course.results import read_results
+    from agentrl_lite.tasks.word_problems import COLD_START_DEMOS, COLD_START_STEPS
+
+    table = {}
+    for n, name in ((0, "06_cold_start_study_steps-10-15"), (2, "06_cold_start_study_steps-10_stickers-2"),
+                    (4, "06_cold_start_study_steps-10_stickers-4")):
+        study = read_results(name, "cpu", committed=True)["metrics"]
+        assert len(study["seeds"]) >= 5 and study["settings"]["pass_k"] == 8
+        assert {**study["settings"].get("extra_demos", {"crates": 8}), "stickers": n} == {**COLD_START_DEMOS, "stickers": n}
+        table[n] = study["table"][str(COLD_START_STEPS)]
+    assert headroom_choice(table) == COLD_START_DEMOS["stickers"]

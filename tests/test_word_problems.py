@@ -101,11 +101,11 @@ def test_cold_start_split_moves_demonstrations_out_of_the_rl_set():
     from agentrl_lite.tasks.word_problems import HELDOUT_SIZE, cold_start_split
 
     train, heldout, demos = cold_start_split()
-    assert Counter(d["template"] for d in demos) == {"change": 12, "savings": 12, "crates": 8}
+    assert Counter(d["template"] for d in demos) == {"change": 12, "savings": 12, "crates": 8, "stickers": 4}
     assert {t["template"] for t in train} == {t["template"] for t in heldout} == {"change", "savings", "stickers", "crates"}
     questions = [{t["question"] for t in rows} for rows in (train, heldout, demos)]
     assert not (questions[0] & questions[1]) and not (questions[0] & questions[2]) and not (questions[1] & questions[2])
-    assert len(train) == 200 - 8 and len(heldout) == HELDOUT_SIZE // 2  # the two-step half of the held-out set
+    assert len(train) == 200 - 8 - 4 and len(heldout) == HELDOUT_SIZE // 2  # the two-step half of the held-out set
     crates = next(d for d in demos if d["template"] == "crates")
     assert crates["messages"][-1]["content"] == f"<answer>{crates['answer']}</answer>"
     assert len(cold_start_split({})[0]) == 200 and len(cold_start_split({})[2]) == 24

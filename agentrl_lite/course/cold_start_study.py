@@ -44,6 +44,9 @@ PLAN_CALLS = 1.8
 """mean calculator calls per validation problem at which a cold start counts as having the two-call plan"""
 TOLERANCE = 0.05
 """how far below the best worst-seed accuracy the chosen checkpoint's worst seed may be"""
+BASE_DEMOS = {"crates": 8}
+"""the demonstrations moved from the RL problems in every run of the study (the lessons' first design, before
+`stickers` was demonstrated): `--demos` adds to these, so the committed files' commands mean what they meant"""
 SFT = dict(batch_size=8, lr=1e-4)
 """the lessons' SFT settings besides the number of steps"""
 TURNS, TOKENS = 3, 40
@@ -60,7 +63,7 @@ def run_seed(seed: int, profile: str, steps: tuple[int, ...] = STEPS, model_name
     `steps`: {steps: {accuracy, calls_per_episode, ids, correct, tool_calls, by_label, loss, sampled}}, where
     `sampled` holds, per problem, how many of `k` samples at temperature 1 were right, and per template the
     greedy accuracy, pass@1 and pass@k at temperature 1. model_name "tiny": the 2-layer random model of the tests.
-    extra_demos: `word_problems.cold_start_split`'s (None: the lessons' demonstrations)."""
+    extra_demos: `word_problems.cold_start_split`'s (None: `BASE_DEMOS`)."""
     from agentrl_lite.evaluate import evaluate
     from agentrl_lite.models import load_policy, tiny_policy
     from agentrl_lite.rollout import RolloutConfig
@@ -69,7 +72,7 @@ def run_seed(seed: int, profile: str, steps: tuple[int, ...] = STEPS, model_name
     from agentrl_lite.tasks.word_problems import cold_start_split
 
     seed_everything(seed)
-    _, validation, demos = cold_start_split(extra_demos, split="validation")
+    _, validation, demos = cold_start_split(BASE_DEMOS if extra_demos is None else extra_demos, split="validation")
     validation = validation[:n_items]
     model, tokenizer = tiny_policy(seed=0) if model_name == "tiny" else load_policy(model_name)
     env = ArithmeticEnv()
@@ -153,18 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, nargs="+", default=list(STEPS),
                         help="the checkpoints evaluated (default: every one of STEPS)")
     parser.add_argument("--demos", nargs="+", default=[], metavar="TEMPLATE=N",
-                        help="more demonstrations, moved from the RL problems, on top of the lessons' (crates=8)")
+                        help="more demonstrations, moved from the RL problems, on top of BASE_DEMOS (crates=8)")
     args = parser.parse_args(argv)
     profile = resolve_profile(args.profile)
     steps = tuple(sorted(args.steps))
     extra = {template: int(n) for template, n in (d.split("=") for d in args.demos)}
     name = "06_cold_start_study" + ("" if steps == STEPS else f"_steps-{'-'.join(map(str, steps))}") + "".join(
         f"_{template}-{n}" for template, n in extra.items())
-    extra_demos = {"crates": 8, **extra} if extra else None
+    extra_demos = {**BASE_DEMOS, **extra}
     clock = time.perf_counter()
     study = cold_start_study(args.seeds, profile, steps, n_items=4 if profile == "smoke" else None,
                              extra_demos=extra_demos)
-    summary = {**study, "settings": {"steps": list(steps), "extra_demos": extra_demos or {"crates": 8},
+    summary = {**study, "settings": {"steps": list(steps), "extra_demos": extra_demos,
                                      "plan_calls": PLAN_CALLS, "tolerance": TOLERANCE,
                                      "pass_k": PASS_K,
                                      "sft": SFT, "turns": TURNS, "tokens": TOKENS, "split": "validation"},

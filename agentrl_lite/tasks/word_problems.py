@@ -132,6 +132,13 @@ COLD_START_STEPS = 10
 makes the two-call plan, and 10 leaves more headroom (problems greedy decoding fails and a sample at temperature 1
 solves) than 15, where the demonstrated templates are at their ceiling (docs/design/08_credit_assignment.md)"""
 
+COLD_START_DEMOS = {"crates": 8, "stickers": 4}
+"""RL training problems of each template moved into the cold start's demonstrations (lessons 06 and 08), on top of
+the `change` and `savings` demonstrations of `data/word_problems_sft.jsonl`. `stickers` gets the fewest: with none,
+no sample at temperature 1 followed its plan, so GRPO could not reach it; among 0, 2 and 4, four left the most
+headroom at `COLD_START_STEPS` on validation problems over five seeds, every seed making both calls
+(`course.cold_start_study --demos stickers=N`, the rule on docs/design/08_credit_assignment.md)"""
+
 HELDOUT_SIZE = 208
 """held-out problems, 26 per template: 104 of the two-step templates lessons 06 and 08 score"""
 
@@ -210,12 +217,11 @@ def cold_start_split(extra_demos: dict[str, int] | None = None, max_steps: int =
 
     extra_demos: template → how many of its RL training problems become demonstrations (they leave the RL
         set), on top of the demonstrations in `data/word_problems_sft.jsonl`, which cover only
-        `SFT_TEMPLATES`. Default {"crates": 8}: lessons 06 and 08 demonstrate change, savings and crates,
-        and keep stickers as the template no demonstration shows.
+        `SFT_TEMPLATES`. Default `COLD_START_DEMOS`, the lessons' cold start.
     """
     if split not in ("heldout", "validation"):
         raise ValueError(f"cold_start_split: split must be 'heldout' or 'validation', not {split!r}.")
-    extra_demos = {"crates": 8} if extra_demos is None else extra_demos
+    extra_demos = COLD_START_DEMOS if extra_demos is None else extra_demos
 
     def keep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in rows if len(r["steps"]) <= max_steps]
