@@ -21,8 +21,8 @@ If no checkpoint meets the plan condition, the study says so and chooses nothing
 `results/lessons/06_cold_start_study.json`; with `--steps 10 15` only those checkpoints are evaluated (sampling
 `PASS_K` episodes per problem costs about eight greedy evaluations) and the file is
 `06_cold_start_study_steps-10-15.json`, beside the full study; `--demos stickers=2` adds two demonstrations of a
-template (moved from the RL problems) and names the file after them. What it found, and what is still to measure before lessons 06 and 08
-move to the chosen start (the headroom GRPO needs), is on docs/design/08_credit_assignment.md.
+template (moved from the RL problems) and names the file after them. What it found, and how lessons 06 and 08
+came to their start (`word_problems.COLD_START_STEPS`, `COLD_START_DEMOS`), is on docs/design/08_credit_assignment.md.
 """
 
 from __future__ import annotations
