@@ -72,6 +72,19 @@ def test_a_study_from_before_the_rule_keeps_its_old_verdict_marked():
     assert verdict(comparison((-0.2, -0.3, -0.1), (-0.2, -0.3, -0.1))) == "loss (old rule)"
 
 
+def test_a_comparison_in_words_counts_the_seeds_and_says_which_interval_excludes_zero():
+    from agentrl_lite.course.reproduce import comparison_in_words
+
+    comparison = {"difference_per_seed": [0.1, 0.2, -0.05, 0.0, 0.15], "role": "primary", "verdict": "not shown",
+                  "mean_over_seeds": {"estimate": 0.08, "low": -0.02, "high": 0.18},
+                  "bootstrap_over_seeds_and_items": {"estimate": 0.08, "low": 0.01, "high": 0.15}}
+    assert comparison_in_words("rl vs sft", comparison) == (
+        "rl vs sft: higher on 3 of 5 seeds, lower on 1; mean +0.080, 95% t interval over seeds [-0.020, +0.180] "
+        "(includes 0), bootstrap [+0.010, +0.150] (excludes 0) -> not shown (primary claim)")
+    old = {"difference_per_seed": [-0.1, -0.2], "mean_over_seeds": {"estimate": -0.15, "low": -0.3, "high": -0.01},
+           "paired_bootstrap_over_items": {"estimate": -0.15, "low": -0.25, "high": -0.05}}
+    assert comparison_in_words("x", old).endswith("(excludes 0) -> loss (old rule)"), "a study from before the rule"
+
 def _study(seeds: int, items: int, gain: float, seed: int = 0) -> dict[int, dict]:
     """Per-seed records of three stages on `items` held-out items with ids: "rl" solves `gain` more of them
     than "sft", "other" is "sft" with its answers flipped on a few items; tool calls per item too."""

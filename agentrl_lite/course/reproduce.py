@@ -440,6 +440,24 @@ def verdict(comparison: dict[str, Any]) -> str:
     return "not shown (old rule)"
 
 
+def comparison_in_words(name: str, comparison: dict[str, Any]) -> str:
+    """One comparison of a multi-seed summary in a sentence, for a lesson's "What you should see": on how many
+    seeds the difference was above and below zero, the mean with its t interval over seeds, the bootstrap interval
+    (over seeds and items; over items for a study written before the rule), whether each excludes zero, the
+    verdict and, under the rule, the claim's role."""
+    per_seed = comparison["difference_per_seed"]
+    seeds = comparison["mean_over_seeds"]
+    items = comparison.get("bootstrap_over_seeds_and_items") or comparison["paired_bootstrap_over_items"]
+
+    def interval(i: dict[str, float]) -> str:
+        return f"[{i['low']:+.3f}, {i['high']:+.3f}] ({'excludes' if i['low'] > 0 or i['high'] < 0 else 'includes'} 0)"
+
+    return (f"{name}: higher on {sum(d > 0 for d in per_seed)} of {len(per_seed)} seeds, lower on "
+            f"{sum(d < 0 for d in per_seed)}; mean {seeds['estimate']:+.3f}, 95% t interval over seeds "
+            f"{interval(seeds)}, bootstrap {interval(items)} -> {verdict(comparison)}"
+            + (f" ({comparison['role']} claim)" if "role" in comparison else ""))
+
+
 def primary_claim(summary: dict[str, Any]) -> dict[str, Any] | None:
     """The primary claim of a multi-seed summary (None for a study written before the rule)."""
     return next((c for c in summary.get("comparisons", {}).values() if c.get("role") == "primary"), None)
