@@ -1,12 +1,14 @@
-"""The cold-start study of lessons 06 and 08: a checkpoint inside a run is the shorter run, and the rule picks the
+"""The cold-start study of lessons 06, 08 and 12: a checkpoint inside a run is the shorter run, and the rule picks the
 fewest steps at which every seed has the plan and the worst seed is good."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from agentrl_lite.course.cold_start_study import (
     PLAN_CALLS,
+    TASKS,
     TOLERANCE,
     choose,
     cold_start_study,
@@ -66,6 +68,39 @@ def test_the_study_records_each_seed_at_each_checkpoint_with_per_item_outcomes()
             assert 0.0 <= sampled["headroom"] <= 1.0
     assert study["table"][1][0]["loss"] != study["table"][2][0]["loss"]
 
+
+def test_the_sql_study_scores_the_first_validation_questions_of_each_kind_with_lesson_12s_shape(monkeypatch):
+    from agentrl_lite.course import cold_start_study as study_module
+    from agentrl_lite.tasks import DATA_DIR, read_jsonl
+
+    validation = read_jsonl(DATA_DIR / "sql_validation.jsonl")
+    firsts = study_module._first_per_label(validation, "kind", 2)
+    assert [q["kind"] for q in firsts].count("join") == 2 and len(firsts) == 8
+    assert firsts == [q for q in validation if q in firsts], "file order kept"
+    assert study_module._first_per_label(validation, "kind", None) == validation
+    import agentrl_lite.evaluate as evaluation
+
+    shapes = []
+
+    original = evaluation.evaluate
+    monkeypatch.setattr(evaluation, "evaluate", lambda m, t, env, tasks, config, label_key=None:
+                        shapes.append((type(env).__name__, config.max_turns, config.max_new_tokens, label_key))
+                        or original(m, t, env, tasks, config, label_key=label_key))
+    result = cold_start_study([0], "smoke", steps=(1,), model_name="tiny", n_items=2, k=1, task="sql")
+    row = result["table"][1][0]
+    scored = study_module._first_per_label(validation, "kind", TASKS["sql"].per_label)[:2]
+    assert row["ids"] == [q["id"] for q in scored] and set(row["sampled"]["by_template"]) <= {q["kind"] for q in scored}
+    assert set(shapes) == {("SqlEnv", 3, 120, "kind")}
+    with pytest.raises(ValueError, match="word-problem option"):
+        cold_start_study([0], "smoke", steps=(1,), model_name="tiny", n_items=1, k=1, extra_demos={"x": 1}, task="sql")
+
+
+def test_the_plan_condition_is_the_tasks():
+    one_call = _sampled([1.0, 0.95], [0.1, 0.1])
+    assert headroom_choice({8: one_call}) is None, "two calls for the word problems"
+    assert headroom_choice({8: one_call}, plan_calls=TASKS["sql"].plan_calls) == 8
+    rows = [{**row, "accuracy": 0.5} for row in one_call]
+    assert choose({8: rows})["chosen"] is None and choose({8: rows}, plan_calls=0.9)["chosen"] == 8
 
 def _sampled(calls, headroom):
     return [{"calls_per_episode": c, "sampled": {"headroom": h}} for c, h in zip(calls, headroom, strict=True)]
