@@ -290,6 +290,11 @@ def _episode(messages: list[dict[str, str]]) -> Episode:
     return Episode(prompt=[], turns=turns, answer=extract_answer(turns[-1].content))
 
 
+def toolbox_reply(db: SqlDatabase, text: str) -> str:
+    """The tool's reply to a model turn with one `<tool_call>` block, as the rollout gets it."""
+    return Toolbox([db.sql]).run(text)[1][0]
+
+
 def _call(query: str) -> dict[str, str]:
     return {"role": "assistant", "content": format_tool_call(ToolCall("sql", {"query": query}))}
 
@@ -316,12 +321,20 @@ def test_the_environment_scores_a_right_and_a_wrong_episode(db, splits):
                       _call(task["gold_sql"]), {"role": "tool", "content": db.sql(task["gold_sql"])},
                       {"role": "assistant", "content": f"<answer>{reversed_answer}</answer>"}])
     assert env.score(task, right) == {"correct": 1.0, "formatted": 1.0, "sql_calls": 2.0, "sql_errors": 1.0,
-                                      "errored": 1.0}
+                                      "errored": 1.0, "malformed_calls": 0.0, "repaired": 1.0}
     first_only = task["answer"].split(", ")[0]
     wrong = _episode([_call(task["gold_sql"]), {"role": "tool", "content": db.sql(task["gold_sql"])},
                       {"role": "assistant", "content": f"<answer>{first_only}</answer>"}])
     assert env.score(task, wrong) == {"correct": 0.0, "formatted": 1.0, "sql_calls": 1.0, "sql_errors": 0.0,
-                                      "errored": 0.0}
+                                      "errored": 0.0, "malformed_calls": 0.0, "repaired": 0.0}
+    broken = "<tool_call>{not json</tool_call>"
+    unrepaired = _episode([_call(task["gold_sql"]), {"role": "tool", "content": db.sql(task["gold_sql"])},
+                           {"role": "assistant", "content": broken},
+                           {"role": "tool", "content": toolbox_reply(db, broken)},
+                           {"role": "assistant", "content": f"<answer>{task['answer']}</answer>"}])
+    score = env.score(task, unrepaired)
+    assert (score["malformed_calls"], score["sql_errors"], score["repaired"]) == (1.0, 1.0, 0.0), \
+        "an error after the last good reply is not a repair"
     unformatted = _episode([{"role": "assistant", "content": task["answer"]}])
     assert env.score(task, unformatted)["correct"] == 0.0 and env.score(task, unformatted)["formatted"] == 0.0
 

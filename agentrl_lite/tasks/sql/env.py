@@ -41,16 +41,37 @@ class SqlEnv:
     def score(self, task: dict[str, Any], episode: Episode) -> dict[str, float]:
         """correct: the `<answer>` holds the gold answer's values (`same_answer`); formatted: an `<answer>` was
         given; sql_calls: well-formed calls run; sql_errors: tool replies that were errors (a failed query or a
-        malformed call); errored: 1.0 when there was at least one."""
-        replies = [r for turn in episode.turns if turn.role == "tool" for r in turn.tool_results]
-        errors = sum(r.startswith("Error:") for r in replies)
+        malformed call); errored: 1.0 when there was at least one; malformed_calls: `<tool_call>` blocks that did
+        not parse (their reply is the parse error); repaired: 1.0 when a reply after an error was not an error (the
+        policy fixed its query, or its call, in a later turn)."""
+        replies = [ok for results in _replies(episode) for ok in (not r.startswith("Error:") for r in results)]
+        errors = replies.count(False)
+        first_error = replies.index(False) if errors else len(replies)
+        malformed = sum(max(0, len(results) - len(turn.tool_calls))
+                        for turn, results in zip(episode.model_turns, _replies(episode), strict=True))
         return {
             "correct": float(same_answer(episode.answer, task["answer"])),
             "formatted": float(episode.answer is not None),
             "sql_calls": float(episode.num_tool_calls),
             "sql_errors": float(errors),
             "errored": float(errors > 0),
+            "malformed_calls": float(malformed),
+            "repaired": float(any(replies[first_error + 1:])),
         }
+
+
+def _replies(episode: Episode) -> list[list[str]]:
+    """The tool's replies to each model turn, in order (empty for a turn without a `<tool_call>`): the tool turn
+    that follows it, or, for the last allowed turn, which no tool turn follows, the results the turn records."""
+    out: list[list[str]] = []
+    turns = episode.turns
+    for i, turn in enumerate(turns):
+        if turn.role != "model":
+            continue
+        following = turns[i + 1] if i + 1 < len(turns) else None
+        out.append(list(following.tool_results) if following is not None and following.role == "tool"
+                   else list(turn.tool_results))
+    return out
 
 
 def execution_match_reward(prompts: list[Any], completions: list[Any], answer: list[str] | None = None,

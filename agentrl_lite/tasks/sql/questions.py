@@ -3,7 +3,7 @@ SQL and the gold answer that SQL returns when executed, split into train / valid
 
 Four kinds, by the skill the question needs:
 - lookup: one table ("Which city does Maya Okafor live in?");
-- join: two or three tables, no aggregation ("Which products are in order 17?");
+- join: two to four tables, no aggregation ("Which products are in order 17?");
 - aggregate: COUNT / SUM / AVG / MAX with a filter or GROUP BY, joined or not ("How many orders has Maya
   Okafor placed?", "Which customers in Oslo have placed at least 3 orders?");
 - no_record: the question names something the database does not hold (a customer who does not exist, an order
@@ -121,7 +121,7 @@ TEMPLATES: tuple[Template, ...] = (
              "SELECT name FROM products WHERE category = '{category}' AND price < {price} ORDER BY name",
              _rows("SELECT DISTINCT category, t.price FROM products, "
                    "(SELECT 10 AS price UNION SELECT 20 UNION SELECT 30 UNION SELECT 40 UNION SELECT 50) t")),
-    # join: two or three tables
+    # join: two to four tables
     Template("order_customer", "join", "Who placed order {order_id}?",
              f"SELECT c.name {_JOIN_ORDER_CUSTOMER} WHERE o.id = {{order_id}}",
              _rows("SELECT id AS order_id FROM orders")),
