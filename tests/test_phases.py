@@ -70,6 +70,15 @@ def test_a_lessons_results_carry_its_phases_to_the_runtime_table_and_docs(tmp_pa
     lesson = json.loads(write_results("07_x", {"notebook_seconds": 60.0}, profile="cpu", model="m", seed=0).read_text())
     toy = json.loads(write_results("07_toy", {"a": 1}, profile="cpu", model="m", seed=0).read_text())
     assert lesson["metrics"]["phase_seconds"]["sft"] >= 0.01 and "phase_seconds" not in toy["metrics"]
+    import resource
+
+    held = bytearray(64 << 20)  # 64 MB touched: the process's peak is at least its current size
+    held[::4096] = b"x" * len(held[::4096])
+    peak = json.loads(write_results("07_peak", {"notebook_seconds": 1.0}, profile="cpu", model="m",
+                                    seed=0).read_text())["metrics"]["peak_rss_mb"]
+    assert peak >= 64 and peak == pytest.approx(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, abs=1)
+    assert "peak_rss_mb" not in toy["metrics"], "a lesson's results only"
+    del held
     assert lesson_phase_seconds(tmp_path / "seed_0", "07_x.ipynb") == lesson["metrics"]["phase_seconds"]
     assert lesson_phase_seconds(tmp_path / "seed_0", "08_y.ipynb") is None
 

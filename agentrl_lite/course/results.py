@@ -69,6 +69,16 @@ def current_command() -> str:
     return " ".join(shlex.quote(a) for a in sys.argv)
 
 
+def own_peak_rss_mb() -> float | None:
+    """The most resident memory this process has held so far, in MB (None where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux, bytes on macOS
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
+
+
 def write_results(
     name: str, metrics: dict[str, Any], *, profile: str, model: str, seed: int, command: str | None = None,
     device: str | None = None,
@@ -83,11 +93,15 @@ def write_results(
 
     A lesson's own results (metrics with `notebook_seconds`) also get `phase_seconds`: where this process's seconds
     went so far, by phase (`agentrl_lite.phases`); `course_runs.record_course_run` copies them to the runtime table.
+    They also get `peak_rss_mb`: the most resident memory this process has held (its own pages; what it starts,
+    such as lesson 10's compiled candidates, is in the runner's measure of the whole kernel, `course.memory`).
     """
     from agentrl_lite.phases import totals
 
     if "notebook_seconds" in metrics and "phase_seconds" not in metrics and (spent := totals()):
         metrics = {**metrics, "phase_seconds": spent}
+    if "notebook_seconds" in metrics and "peak_rss_mb" not in metrics and (peak := own_peak_rss_mb()) is not None:
+        metrics = {**metrics, "peak_rss_mb": peak}
     record = {
         "profile": profile,
         "model": model,
