@@ -44,11 +44,12 @@ class SqlEnv:
         malformed call); errored: 1.0 when there was at least one; malformed_calls: `<tool_call>` blocks that did
         not parse (their reply is the parse error); repaired: 1.0 when a reply after an error was not an error (the
         policy fixed its query, or its call, in a later turn)."""
-        replies = [ok for results in _replies(episode) for ok in (not r.startswith("Error:") for r in results)]
+        per_turn = _replies(episode)
+        replies = [ok for results in per_turn for ok in (not r.startswith("Error:") for r in results)]
         errors = replies.count(False)
         first_error = replies.index(False) if errors else len(replies)
         malformed = sum(max(0, len(results) - len(turn.tool_calls))
-                        for turn, results in zip(episode.model_turns, _replies(episode), strict=True))
+                        for turn, results in zip(episode.model_turns, per_turn, strict=True))
         return {
             "correct": float(same_answer(episode.answer, task["answer"])),
             "formatted": float(episode.answer is not None),
