@@ -204,6 +204,7 @@ def test_an_earlier_run_is_summarised_again_with_the_current_claims(tmp_path, mo
     for seed, rl in ((0, [1, 0, 1, 1]), (1, [1, 1, 0, 0])):
         (run_dir / f"seed_{seed}" / "lessons").mkdir(parents=True)
         rec = {**record([0, 0, 1, 0], rl, 100.0 + seed), "profile": "cpu", "command": f"make reproduce  # seed {seed}"}
+        rec["metrics"]["peak_rss_mb"] = 3000.0 + seed
         (run_dir / f"seed_{seed}" / "lessons" / "x.json").write_text(json.dumps(rec))
     monkeypatch.setitem(module.LESSONS, "99", SPEC)
     monkeypatch.setenv("AGENTRL_RESULTS", str(tmp_path / "results"))
@@ -214,6 +215,7 @@ def test_an_earlier_run_is_summarised_again_with_the_current_claims(tmp_path, mo
     assert out["metrics"]["comparisons"]["rl vs sft"]["difference_per_seed"] == [0.5, 0.25]
     assert out["metrics"]["seed_commands"] == {"0": "make reproduce  # seed 0", "1": "make reproduce  # seed 1"}
     assert out["metrics"]["notebook_seconds"] == 101.0, "the lesson's runtime is its slowest seed's"
+    assert out["metrics"]["peak_rss_mb"] == 3001.0, "the lesson's memory is its heaviest seed's, not the summariser's"
     with pytest.raises(FileNotFoundError):
         module.resummarise("99", tmp_path / "empty")
 

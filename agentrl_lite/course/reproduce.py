@@ -397,6 +397,10 @@ def _write_summary(spec: Reproducible, records: dict[int, dict[str, Any]], run_d
     seeds = sorted(records)
     # the lesson's runtime against its budget: its slowest seed (every seed's is under scalars when the spec asks)
     summary["notebook_seconds"] = max(float(records[seed]["metrics"].get("notebook_seconds", 0.0)) for seed in seeds)
+    # and its memory: the largest of the seeds' kernels' own peaks (None before they recorded one), never the peak of
+    # this process, which only summarises (`write_results` would record that)
+    peaks = [records[seed]["metrics"]["peak_rss_mb"] for seed in seeds if records[seed]["metrics"].get("peak_rss_mb")]
+    summary["peak_rss_mb"] = max(peaks) if peaks else None
     # the machine the seeds ran on, not the one summarising them (a gpu run is summarised back on the cpu machine)
     devices = list(dict.fromkeys(str(records[seed].get("device")) for seed in seeds if records[seed].get("device")))
     return write_results(variant_name(spec.results, parameters), summary, profile=profile, model=records[seeds[0]]["model"],
