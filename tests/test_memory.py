@@ -534,6 +534,11 @@ def test_the_answer_env_scores_the_reply_and_demonstrations_are_supported(dialog
     assert Counter(t["source"] for t in demos).keys() == {"oracle", "append-only", "full context"}
     for t in demos:
         assert t["answer"] == UNKNOWN or normalize_answer(t["answer"]) in normalize_answer(t["memories"]), t
+    # lesson 11's reader never trains on a whole dialogue: asking for two sources drops the third, order kept
+    two = answer_demonstrations(dialogues[:20], sources=("oracle", "append-only"))
+    assert two == [t for t in demos if t["source"] != "full context"]
+    with pytest.raises(ValueError, match="unknown sources"):
+        answer_demonstrations(dialogues[:2], sources=("oracle", "whole dialogue"))
 
 
 def test_the_evidence_an_answer_cites_is_what_the_oracle_bank_stores(dialogues):

@@ -64,13 +64,28 @@ def answer_tasks(dialogue: dict[str, Any], bank: MemoryBank | None, source: str,
             for q in dialogue["questions"]]
 
 
-def answer_demonstrations(dialogues: list[dict[str, Any]], k: int = RELATED_K) -> list[dict[str, Any]]:
-    """Answer-agent tasks with a gold answer its memories support, for a cold start: from the oracle bank,
-    the append-only bank and the full context (so the agent can read all three), keeping an append-only
-    question only when its memories hold the answer, or the retraction for a retracted fact."""
+DEMONSTRATION_SOURCES = ("oracle", "append-only", "full context")
+"""the memories an answer agent's cold start can be shown (`answer_demonstrations`)"""
+
+
+def answer_demonstrations(dialogues: list[dict[str, Any]], k: int = RELATED_K,
+                          sources: tuple[str, ...] = DEMONSTRATION_SOURCES) -> list[dict[str, Any]]:
+    """Answer-agent tasks with a gold answer its memories support, for a cold start, from each of `sources`: the
+    oracle bank, the append-only bank and the full context (all three by default, so the agent can read all
+    three), keeping an append-only question only when its memories hold the answer, or the retraction for a
+    retracted fact. Per dialogue, in that order: oracle, full context, append-only."""
+    unknown = set(sources) - set(DEMONSTRATION_SOURCES)
+    if unknown:
+        raise ValueError(f"answer_demonstrations: unknown sources {sorted(unknown)}; the sources are "
+                         f"{DEMONSTRATION_SOURCES}")
     demos = []
     for d in dialogues:
-        demos += answer_tasks(d, oracle(d)[0], "oracle", k) + answer_tasks(d, None, "full context")
+        if "oracle" in sources:
+            demos += answer_tasks(d, oracle(d)[0], "oracle", k)
+        if "full context" in sources:
+            demos += answer_tasks(d, None, "full context")
+        if "append-only" not in sources:
+            continue
         for task in answer_tasks(d, append_only(d)[0], "append-only", k):
             facts = [read_fact(line.split("] ", 1)[1]) for line in task["memories"].splitlines()]
             retraction = any(f is not None and f["event"] == "retract" and f["entity"] == task["entity"] for f in facts)
