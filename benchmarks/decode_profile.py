@@ -24,6 +24,7 @@ import sys
 import time
 
 import torch
+from grpo_step import matmul_gflops  # a square 1024 x 1024 product's rate, as that benchmark measures it
 
 MAX_NEW_TOKENS = 48
 CLASSES = {
@@ -33,16 +34,6 @@ CLASSES = {
     "conversions and copies": ("aten::copy_", "aten::_to_copy", "aten::to", "aten::contiguous", "aten::clone",
                                "aten::cat", "aten::index_put_", "aten::fill_"),
 }
-
-
-def gflops_square(dtype: torch.dtype) -> float:
-    a = torch.randn(1024, 1024, dtype=dtype)
-    for _ in range(3):
-        a @ a
-    start, n = time.perf_counter(), 20
-    for _ in range(n):
-        a @ a
-    return 2 * 1024**3 * n / (time.perf_counter() - start) / 1e9
 
 
 def step_products(model: torch.nn.Module, rows: int, repeats: int = 20) -> dict[str, float]:
@@ -171,7 +162,7 @@ def main() -> None:
     prompts = [encode_prompt(tokenizer, list(m), toolboxes[i].schemas) for i, m in enumerate(messages)]
     metrics: dict = {"threads": torch.get_num_threads(), "bf16_is_fast": bf16_is_fast(),
                      "max_new_tokens": MAX_NEW_TOKENS, "prompt_tokens_mean": statistics.mean(map(len, prompts)),
-                     "square_gflops": {"bfloat16": gflops_square(torch.bfloat16), "float32": gflops_square(torch.float32)}}
+                     "square_gflops": {"bfloat16": matmul_gflops(torch.bfloat16), "float32": matmul_gflops(torch.float32)}}
     flops_per_token = 2 * sum(p.numel() for p in model.parameters())
     copies = {"float32": model, "bfloat16": copy.deepcopy(model).to(torch.bfloat16)}
     for dtype, policy in copies.items():
