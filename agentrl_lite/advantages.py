@@ -17,10 +17,12 @@ only the episode reward R_i, received at its last turn); every token of a turn g
 
     broadcast:   A_it = A_i                                   the episode's advantage on every turn (default)
     discounted:  G_it = Σ_{k≥t} γ^(k-t) r_ik                  return from turn t; terminal only: γ^(T_i-1-t) R_i
-                 A_it = (G_it - mean_j G_j0) / (std_j G_j0 + 1e-4)   first_turn: the group's G_0 (default)
+                 A_it = (G_it - mean_j G_j0) / (std_j G_j0 + 1e-4)   first_turn: the group's G_0 (default; biased
+                                                                     towards late turns, lesson 08's toy)
                  A_it = (G_it - mean_j G_jt) / (std_j G_jt + 1e-4)   per_turn: siblings that reached turn t
     step_group:  A_it = A_i + ω (G_it - mean_S G) / (std_S G + 1e-4)   S: the turns of sibling episodes taken
-                 from the same state (GiGPO's anchor-state step groups); 0 when S has one member or no spread
+                 from the same state (GiGPO groups by identical environment state; `step_group_ids` by identical
+                 tokens, a stricter stand-in); 0 when S has one member or no spread
 
 With γ = 1 and a terminal reward, discounted is broadcast exactly. γ < 1 (Kevin: 0.4 over refinement turns)
 moves credit towards the turns close to the reward: an early turn is credited only for what followed soon.
@@ -217,8 +219,8 @@ def step_group_advantages(
 ) -> Tensor:
     """GiGPO's step-level advantages: each turn against the other turns taken from the same state.
 
-    Turns of sibling episodes that start from an identical state (the anchor state: same prompt, same
-    earlier calls and tool results) form a step group S. There the only difference between the turns is
+    Turns of sibling episodes that start from an identical state form a step group S (GiGPO's anchor state is
+    the environment's state; the groups `step_group_ids` makes are stricter: identical tokens before the turn). There the only difference between the turns is
     the action, so comparing their returns credits the action itself:
 
         A^step_it = (G_it - mean_S G) / (std_S G + eps)     std unbiased; 0 when |S| = 1 or no spread
@@ -226,7 +228,7 @@ def step_group_advantages(
     Args:
         returns: (n, T) float — G_it, e.g. from `discounted_returns`
         turn_mask: (n, T) 0/1 — 1 on real turns
-        step_groups: (n, T) int — the step group of each turn: equal ids mean the same anchor state (the
+        step_groups: (n, T) int — the step group of each turn: equal ids mean the same state (the
             caller makes ids of different prompts differ); ignored on padding
         scale: divide by the step group's std (GiGPO's default); False centres only
 
@@ -301,8 +303,9 @@ def turn_reward_table(
 def step_group_ids(episodes: Sequence[Episode], group_size: int, width: int) -> Tensor:
     """(n, width) int — the step group of each model turn: one id per (prompt group, tokens before the turn).
 
-    Sibling turns share an id exactly when everything before them is token-identical (GiGPO's anchor
-    state): all first turns of a group share the prompt; later turns share a state only when the earlier
+    Sibling turns share an id exactly when everything before them is token-identical: a stricter stand-in for
+    GiGPO's anchor state, the identical environment state (two calls that differ only in spacing reach one
+    calculator state but are two groups here). All first turns of a group share the prompt; later turns share a state only when the earlier
     turns and tool results were identical. -1 on padding.
     """
     ids: dict[tuple[int, tuple[int, ...]], int] = {}

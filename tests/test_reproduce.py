@@ -70,6 +70,8 @@ def test_a_study_from_before_the_rule_keeps_its_old_verdict_marked():
     assert verdict(comparison((0.2, -0.1, 0.5), (0.2, 0.1, 0.3))) == "not shown (items only; old rule)"
     assert verdict(comparison((0.05, -0.1, 0.2), (0.05, -0.02, 0.12))) == "not shown (old rule)"
     assert verdict(comparison((-0.2, -0.3, -0.1), (-0.2, -0.3, -0.1))) == "loss (old rule)"
+    # every seed the same difference: a zero-width interval over seeds measured no spread, so it is no evidence
+    assert verdict(comparison((0.067, 0.067, 0.067), (0.067, 0.011, 0.128))) == "not shown (zero-width interval; old rule)"
 
 
 def test_a_comparison_in_words_counts_the_seeds_and_says_which_interval_excludes_zero():

@@ -431,10 +431,13 @@ def resummarise(lesson: str, run_dir: str | Path, parameters: dict[str, Any] | N
 def verdict(comparison: dict[str, Any]) -> str:
     """A claim's verdict: the one its summary stores (`summarise`, the current rule), or, for a study written
     before it, the old rule's (both intervals, over seeds and over items, exclude zero on the same side; no
-    multiplicity control), marked "old rule"."""
+    multiplicity control), marked "old rule". A zero-width interval over seeds (every seed the same difference) is
+    no evidence of a spread it never measured: "not shown (zero-width interval; old rule)"."""
     if "verdict" in comparison:
         return comparison["verdict"]
     seeds, items = comparison["mean_over_seeds"], comparison["paired_bootstrap_over_items"]
+    if seeds["high"] - seeds["low"] <= 1e-12:
+        return "not shown (zero-width interval; old rule)"
     if seeds["low"] > 0 and items["low"] > 0:
         return "gain (old rule)"
     if seeds["high"] < 0 and items["high"] < 0:
