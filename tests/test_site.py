@@ -13,7 +13,15 @@ import pytest
 
 from agentrl_lite.course.executed import EXECUTED, executed_run
 from agentrl_lite.course.results import read_results
-from agentrl_lite.course.site import Browser, broken_links, build, lessons, pages, rewrite_links
+from agentrl_lite.course.site import (
+    Browser,
+    broken_links,
+    build,
+    cells_changed_since_run,
+    lessons,
+    pages,
+    rewrite_links,
+)
 from agentrl_lite.paths import course_root
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")  # Sphinx 11
@@ -33,6 +41,21 @@ def browser(site):
     b = Browser(site)
     yield b
     b.close()
+
+
+def test_a_kept_run_says_how_many_cells_of_the_lesson_changed_since():
+    import nbformat
+
+    lesson = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 99 · x"), nbformat.v4.new_code_cell("a = 1"),
+                                             nbformat.v4.new_code_cell("print(a)")])
+    executed = nbformat.reads(nbformat.writes(lesson), as_version=4)
+    injected = nbformat.v4.new_code_cell('PROFILE = "cpu"')
+    injected.metadata["tags"] = ["injected-parameters"]
+    executed.cells.insert(2, injected)
+    assert cells_changed_since_run(executed, lesson) == 0, "the injected parameters are the run's, not a change"
+    lesson.cells[1].source = "a = 2"
+    lesson.cells.append(nbformat.v4.new_markdown_cell("a new paragraph"))
+    assert cells_changed_since_run(executed, lesson) == 2
 
 
 def test_links_to_staged_files_follow_them_and_links_to_other_files_become_text():

@@ -76,14 +76,25 @@ def rewrite_links(text: str, source: Path, staged: str, pages: dict[Path, str]) 
     return LINK.sub(replace, text)
 
 
-def _banner(run: dict[str, Any] | None, name: str) -> str:
+def cells_changed_since_run(executed: Any, lesson: Any) -> int:
+    """How many cells of the stored lesson (an nbformat notebook) the executed run (another) does not hold word for
+    word: 0 when the page's outputs come from the text and code the lesson has now. The parameters cell papermill
+    injected into the run is not part of the lesson."""
+    ran = {(c.cell_type, c.source) for c in executed.cells if "injected-parameters" not in c.metadata.get("tags", [])}
+    return sum((c.cell_type, c.source) not in ran for c in lesson.cells)
+
+
+def _banner(run: dict[str, Any] | None, name: str, changed: int = 0) -> str:
     if run is None:
         return (f"> **No outputs on this page yet.** Lesson `{name}` has no committed cpu-profile run to show; run it "
                 "with `make course PROFILE=cpu LESSON=" + name[:2] + "` to see its plots and numbers.")
     minutes = f", {run['notebook_seconds'] / 60:.0f} min" if run.get("notebook_seconds") else ""
+    since = (f" The lesson has changed since that run ({changed} cell{'s' if changed != 1 else ''} of "
+             f"`notebooks/{name}.ipynb` differ): the text and code below are the run's, not the current lesson's."
+             if changed else "")
     return (f"> **Outputs from a {run['profile']}-profile run**: `{run['command']}` on {run['device']}, "
             f"seed {run['seed']}, {run['date'][:10]}{minutes}. Its numbers are those of "
-            f"`results/lessons/{run['results']}.json`; your run may differ in the digits (see the setup page).")
+            f"`results/lessons/{run['results']}.json`; your run may differ in the digits (see the setup page).{since}")
 
 
 def _stage_notebook(source: Path, executed: Path, out: Path, pages: dict[Path, str]) -> None:
@@ -91,12 +102,13 @@ def _stage_notebook(source: Path, executed: Path, out: Path, pages: dict[Path, s
 
     nb = nbformat.read(str(executed if executed.is_file() else source), as_version=4)
     run = nb.metadata.get("agentrl_run") if executed.is_file() else None
+    changed = cells_changed_since_run(nb, nbformat.read(str(source), as_version=4)) if run else 0
     staged = pages[source.resolve()]
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = rewrite_links(cell.source, source, staged, pages)
     title_end = nb.cells[0].source.find("\n") if nb.cells and nb.cells[0].cell_type == "markdown" else -1
-    banner = _banner(run, source.stem)
+    banner = _banner(run, source.stem, changed)
     if title_end > 0:  # under the lesson's title, which stays the page's heading
         nb.cells[0].source = nb.cells[0].source[:title_end] + "\n\n" + banner + "\n" + nb.cells[0].source[title_end:]
     else:
