@@ -10,6 +10,8 @@ GRPO. Three tools answer "did RL do anything?", each for a different question:
   equally likely, so the number fixed among the disagreements is Binomial(disagreements, 1/2).
 - `mean_ci`: a mean over seeds with a Student-t interval: run-to-run variation (the SFT seed, the RL seed),
   which a per-item interval from one run cannot see.
+- `seed_claims`: claims whose measure is one number per seed with no items to resample (a toy's reward at the
+  end of a run): the t interval over seeds and the course's rule below, without the bootstrap over items.
 
 With several seeds, the per-item vectors of each policy are averaged over seeds before the bootstrap (each
 item's share of seeds that solved it), so the interval covers item sampling; `mean_ci` over the seeds' own
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as _scipy_stats
@@ -198,3 +201,39 @@ def claim_verdict(estimate: float, p_value: float | None, seeds: int, primary: b
     if p_value < alpha:
         return "gain" if estimate > 0 else "loss"
     return "not shown"
+
+
+def seed_claims(claims: dict[str, tuple[Sequence[float], Sequence[float]]], primary: str | None = None,
+                alpha: float = ALPHA) -> dict[str, dict[str, Any]]:
+    """Claims measured once per seed, with no items to resample, judged by the course's rule at the seed level.
+
+    claims: name → (after, before), one value per seed each, paired by seed (the same seed, the same start).
+    primary: the name of the primary claim, tested alone; every other claim is secondary, Holm-adjusted among
+    the secondary ones.
+
+    Returns name → {"role", "difference_per_seed" (after − before), "mean_over_seeds" (the mean with its t
+    interval), "t_p_value" (None where undefined), "p_for_verdict" (Holm-adjusted for a secondary claim),
+    "verdict"}: "higher" or "lower" (after against before), or why not (`claim_verdict`).
+    """
+    if primary is not None and primary not in claims:
+        raise ValueError(f"the primary claim {primary!r} is not among the claims {sorted(claims)}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, (after, before) in claims.items():
+        a, b = np.asarray(after, dtype=float), np.asarray(before, dtype=float)
+        if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+            raise ValueError(f"{name}: one value per seed for each side, paired by seed; got shapes {a.shape} and "
+                             f"{b.shape}")
+        p = t_test(a - b)
+        out[name] = {"role": "primary" if name == primary else "secondary",
+                     "difference_per_seed": [float(d) for d in a - b], "mean_over_seeds": mean_ci(a - b).to_dict(),
+                     "t_p_value": None if np.isnan(p) else p}
+    secondary = [name for name in out if name != primary]
+    adjusted = dict(zip(secondary, holm([out[name]["t_p_value"] for name in secondary]), strict=True))
+    if primary is not None:
+        adjusted[primary] = out[primary]["t_p_value"]
+    words = {"gain": "higher", "loss": "lower"}
+    for name, claim in out.items():
+        found = claim_verdict(claim["mean_over_seeds"]["estimate"], adjusted[name], len(claim["difference_per_seed"]),
+                              primary=claim["role"] == "primary", alpha=alpha)
+        claim.update(p_for_verdict=adjusted[name], verdict=words.get(found, found))
+    return out

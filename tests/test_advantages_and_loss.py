@@ -59,6 +59,15 @@ def test_zero_spread_group_gets_exactly_zero_advantage(scale):
     assert frac_reward_zero_std(rewards, group_size=2) == 0.5  # 1 of 2 groups teaches nothing
 
 
+def test_the_batch_as_one_group_is_ppos_advantage_normalisation_and_a_constant_baseline_cancels():
+    # rewards [1, 0, 0, 1, 1]: mean 0.6; squared deviations 3 · 0.16 + 2 · 0.36 = 1.2, / (5 - 1) = 0.3
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    expected = (rewards - 0.6) / (math.sqrt(0.3) + 1e-4)  # ≈ [0.73, -1.10, -1.10, 0.73, 0.73]
+    torch.testing.assert_close(group_advantages(rewards, group_size=5), expected, atol=TOL, rtol=0)
+    # a baseline b subtracted before the batch is centred cancels: (r - b) - mean(r - b) = r - mean(r)
+    torch.testing.assert_close(group_advantages(rewards - 0.37, group_size=5), expected, atol=TOL, rtol=0)
+
+
 def test_unscorable_reward_is_left_out_and_gets_zero_advantage():
     # NaN = every reward function returned None. Group 1 keeps a single scorable value -> no spread -> 0.
     adv = group_advantages(torch.tensor([math.nan, 1.0, 0.0, 1.0]), group_size=2)

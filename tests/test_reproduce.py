@@ -117,7 +117,10 @@ def test_the_primary_claim_is_judged_alone_and_the_secondary_ones_with_holm():
     secondary = [c for c in out["comparisons"].values() if c["role"] == "secondary"]
     assert len(secondary) == 2, "the primary pair is not tested again as a secondary claim"
     assert [c["p_for_verdict"] for c in secondary] == holm([c["p_value"] for c in secondary])
-    assert [row["role"] for row in comparison_rows(out)] == ["primary", "secondary", "secondary"]
+    rows = comparison_rows(out)
+    assert [row["role"] for row in rows] == ["primary", "secondary", "secondary"]
+    fixed_broken = [f"{m['fixed']}/{m['broken']}" for m in primary["mcnemar_per_seed"]]
+    assert rows[0]["fixed/broken per seed"] == ", ".join(fixed_broken) and len(fixed_broken) == 5
     # too few seeds for the primary claim: no verdict, however large the gain
     assert primary_claim(summarise(spec, _study(4, 120, 0.3)))["verdict"].startswith("not tested (4 seeds")
     # the file alone gives back every claim

@@ -59,6 +59,25 @@ def test_a_kernel_run_does_not_record_the_kernels_argv(monkeypatch):
     assert current_command() == "make course PROFILE=cpu"
 
 
+def test_committed_rows_name_the_seeds_the_numbers_come_from(tmp_path, monkeypatch):
+    from agentrl_lite.course.results import committed_rows, seeds_of
+
+    assert seeds_of({"seed": 0, "metrics": {}}) == "seed 0"
+    assert seeds_of({"seed": 3, "metrics": {"seeds": [3]}}) == "seed 3"
+    assert seeds_of({"seed": 0, "metrics": {"seeds": [0, 1, 2]}}) == "seeds 0–2"
+    assert seeds_of({"seed": 0, "metrics": {"seeds": [0, 3, 7]}}) == "seeds 0, 3, 7"
+    # a study run in two settings over the same seeds (lesson 08's toy); settings that disagree name no seeds
+    assert seeds_of({"seed": 0, "metrics": {"end": {"seeds": [0, 1, 2]}, "each": {"seeds": [0, 1, 2]}}}) == "seeds 0–2"
+    assert seeds_of({"seed": 0, "metrics": {"end": {"seeds": [0, 1]}, "each": {"seeds": [5, 6]}}}) == "seed 0"
+    (tmp_path / "results" / "lessons").mkdir(parents=True)
+    record = {"profile": "cpu", "model": "m", "device": "d", "seed": 0, "command": "c", "date": "2026-12-05T00:00:00",
+              "metrics": {"seeds": list(range(10)), "gain": {"mean": 0.51234}}}
+    (tmp_path / "results" / "lessons" / "x_lesson.json").write_text(json.dumps(record))
+    monkeypatch.setattr("agentrl_lite.course.results.course_root", lambda: tmp_path)
+    rows = committed_rows("x_lesson", {"gain": "gain.mean"}, this_run={"gain": {"mean": 0.25}})
+    assert rows == [{"": "gain", "committed cpu run (2026-12-05, seeds 0–9)": 0.512, "this run": 0.25}]
+
+
 def test_the_generated_tables_are_rendered_from_the_results_files():
     from agentrl_lite.course.docs import update_docs
 
@@ -180,3 +199,13 @@ def test_every_command_the_docs_name_to_regenerate_a_table_exists():
                 assert not named or named[0] in targets, f"{command!r}: no make target {named[0]!r}"
             scripts = [w for w in words if w.endswith(".py")]
             assert all((root / s).is_file() for s in scripts), f"{command!r}: a script is missing"
+
+
+def test_a_lessons_runtime_line_quotes_its_rows_and_says_when_one_is_missing():
+    from agentrl_lite.course.results import read_results, runtime_line
+
+    row = read_results("course_cpu")["metrics"]["notebooks"]["00_the_policy.ipynb"]
+    smoke = read_results("bench_test_suite")["metrics"]["notebook_seconds"]["notebooks/00_the_policy.ipynb"]
+    line = runtime_line("00_the_policy.ipynb")
+    assert f"cpu: {row['seconds'] / 60:.1f} min" in line and f"smoke: {smoke:.0f} s" in line, line
+    assert runtime_line("no_such_lesson.ipynb").count("not measured yet") == 2

@@ -15,6 +15,7 @@ from agentrl_lite.stats import (
     mcnemar,
     mean_ci,
     paired_bootstrap,
+    seed_claims,
     t_test,
 )
 
@@ -94,6 +95,35 @@ def test_verdicts_need_enough_seeds_for_their_role():
     assert claim_verdict(0.2, 0.001, 5, primary=True) == "gain"
     assert claim_verdict(-0.2, 0.001, 3, primary=False) == "loss"
     assert claim_verdict(0.2, 0.06, 5, primary=True) == "not shown"
+
+
+def test_seed_claims_pair_by_seed_test_the_primary_alone_and_holm_adjust_the_rest():
+    # after − before per seed: [0.1, 0.2, 0.3] → mean 0.2, s = 0.1, t interval 0.2 ± 4.302653 · 0.1 / √3
+    found = seed_claims({"a vs b": ([0.5, 0.7, 0.9], [0.4, 0.5, 0.6]),
+                         "c vs b": ([0.4, 0.5, 0.6], [0.4, 0.5, 0.6]),   # every seed the same: zero-width
+                         "b vs a": ([0.4, 0.5, 0.6], [0.5, 0.7, 0.9])}, primary="b vs a")
+    a_b = found["a vs b"]
+    assert a_b["difference_per_seed"] == pytest.approx([0.1, 0.2, 0.3])
+    assert a_b["mean_over_seeds"]["high"] - 0.2 == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
+    p = t_test([0.1, 0.2, 0.3])  # t = 0.2 / (0.1 / √3) = 3.46 on 2 degrees of freedom: p ≈ 0.074
+    assert a_b["t_p_value"] == pytest.approx(p) and 0.05 < p < 0.1
+    # two secondary claims, one undefined: Holm ranks the undefined one last, so a vs b is multiplied by 2
+    assert a_b["role"] == "secondary" and a_b["p_for_verdict"] == pytest.approx(min(1.0, 2 * p))
+    assert a_b["verdict"] == "not shown"
+    assert found["c vs b"]["t_p_value"] is None and found["c vs b"]["verdict"] == "not shown (zero-width interval)"
+    # the primary claim is tested alone (p unadjusted) and needs five seeds
+    primary = found["b vs a"]
+    assert primary["role"] == "primary" and primary["p_for_verdict"] == pytest.approx(p)
+    assert primary["verdict"].startswith("not tested (3 seeds")
+    rng = np.random.default_rng(0)
+    before = rng.normal(0.5, 0.1, 10)
+    clear = seed_claims({"up": (before + 0.2 + rng.normal(0, 0.02, 10), before),
+                         "down": (before - 0.2 + rng.normal(0, 0.02, 10), before)}, primary="up")
+    assert clear["up"]["verdict"] == "higher" and clear["down"]["verdict"] == "lower"
+    with pytest.raises(ValueError, match="paired by seed"):
+        seed_claims({"x": ([0.1, 0.2], [0.1])})
+    with pytest.raises(ValueError, match="primary claim"):
+        seed_claims({"x": ([0.1, 0.2], [0.1, 0.3])}, primary="y")
 
 
 def test_hierarchical_bootstrap_with_one_seed_is_the_item_bootstrap():

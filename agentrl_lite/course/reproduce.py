@@ -504,7 +504,8 @@ def stage_rows(summary: dict[str, Any], labels: bool = True) -> list[dict[str, A
 def comparison_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Table rows of a multi-seed summary's claims: the role (primary, or secondary with Holm's adjustment),
     per-seed differences, the t interval over seeds, the bootstrap interval (over seeds and items; over items
-    for a study under the old rule), the p-value the verdict used, McNemar's p per seed, and the verdict."""
+    for a study under the old rule), the p-value the verdict used, the items fixed and broken and McNemar's p per
+    seed, and the verdict."""
     rows = []
     for name, c in summary["comparisons"].items():
         current = "role" in c
@@ -516,6 +517,8 @@ def comparison_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             "mean over seeds [95% t]": _interval(c["mean_over_seeds"]),
             "bootstrap [95%]": _interval(bootstrap) + ("" if current else " (items)"),
             "p (Holm if secondary)": "—" if p is None else f"{p:.2g}",
+            "fixed/broken per seed": ", ".join(f"{m['fixed']}/{m['broken']}" for m in c["mcnemar_per_seed"]
+                                               if "fixed" in m) or "—",
             "McNemar p per seed": ", ".join(f"{m['p_value']:.2g}" for m in c["mcnemar_per_seed"]) or "—",
             "verdict": verdict(c)})
     return rows

@@ -141,6 +141,42 @@ def metric(record: dict[str, Any], path: str) -> Any:
     return value
 
 
+def seeds_of(record: dict[str, Any]) -> str:
+    """The seeds a results record's numbers come from, in words: its metrics' `seeds` when it ran several ("seeds 0,
+    3, 7"; a run of three or more consecutive seeds as "seeds 0–9"), or the one list of seeds its parts share (a
+    study run in several settings, each with its `seeds`), else its seed ("seed 0")."""
+    seeds = record["metrics"].get("seeds")
+    if seeds is None:
+        parts = {tuple(v["seeds"]) for v in record["metrics"].values() if isinstance(v, dict) and isinstance(v.get("seeds"), list)}
+        seeds = list(parts.pop()) if len(parts) == 1 else None
+    if not isinstance(seeds, list) or len(seeds) < 2:
+        return f"seed {record['seed']}"
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}–{seeds[-1]}"
+    return "seeds " + ", ".join(map(str, seeds))
+
+
+def runtime_line(notebook: str) -> str:
+    """How long the lesson `notebook` ("00_the_policy.ipynb") took when last measured, in one line read from the
+    committed files: its row of the last whole-course cpu run (results/bench/course_cpu.json) and its smoke run in
+    the last timed test suite (results/bench/bench_test_suite.json). A file or row that is missing is said so."""
+    course = read_results("course_cpu")
+    row = course["metrics"]["notebooks"].get(notebook) if course else None
+    if row is None:
+        cpu = "cpu: not measured yet (no row in results/bench/course_cpu.json)"
+    else:
+        cpu = (f"cpu: {row['seconds'] / 60:.1f} min, peak memory {row['peak_rss_mb']:.0f} MB "
+               f"({row['status']}; {row['device']}; {row['command']}; file of {course['date'][:10]})")
+    suite = read_results("bench_test_suite")
+    seconds = suite["metrics"]["notebook_seconds"].get(f"notebooks/{notebook}") if suite else None
+    if seconds is None:
+        smoke = "smoke: not measured yet (no row in results/bench/bench_test_suite.json)"
+    else:
+        smoke = (f"smoke: {seconds:.0f} s in the last timed test suite ({suite['metrics']['workers']} test workers "
+                 "side by side; a smoke run's numbers prove the plumbing only)")
+    return f"runtime as last measured · {cpu} · {smoke}"
+
+
 def committed_rows(name: str, fields: dict[str, str], this_run: dict[str, Any] | None = None,
                    digits: int = 3) -> list[dict[str, Any]]:
     """Rows (label, committed cpu value, and this run's value when given) of the committed results file
@@ -158,8 +194,9 @@ def committed_rows(name: str, fields: dict[str, str], this_run: dict[str, Any] |
         return round(value, digits) if isinstance(value, float) else value
 
     rows = []
+    header = f"committed cpu run ({record['date'][:10]}, {seeds_of(record)})"
     for label, path in fields.items():
-        row = {"": label, f"committed cpu run ({record['date'][:10]}, seed {record['seed']})": shown(metric(record, path))}
+        row = {"": label, header: shown(metric(record, path))}
         if this_run is not None:
             row["this run"] = shown(metric({"metrics": this_run, "_name": "this run"}, path))
         rows.append(row)
