@@ -56,10 +56,10 @@ ALLOWED: dict[str, dict[str, str]] = {
     "05_rl_for_tool_calls": {
         "95%": "the confidence level of the seed interval",
         "5e-6": "the cpu profile's learning rate",
+        "1e-5": "a learning rate of the validation sweep (a hyperparameter)",
+        "2e-5": "a learning rate of the validation sweep (a hyperparameter)",
     },
-    "06_multi_turn_agentic_grpo": {
-        "2e-5": "the cpu profile's learning rate",
-    },
+    "06_multi_turn_agentic_grpo": {},
     "07_tool_efficiency": {
         "0.5": "OTC's score of one call when n = 0, cos(π/3)",
     },
@@ -70,6 +70,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "0.9": "the toy's discount γ",
         "95%": "the confidence level of the intervals",
         "0.05": "the significance level of the course's verdict rule (stats.ALPHA)",
+        "2e-5": "a learning rate of the validation sweep (a hyperparameter)",
     },
     "09_agentic_search": {
         "0.5": "the smoothing constant of BM25's IDF, in its formula",

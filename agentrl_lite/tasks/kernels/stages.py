@@ -15,9 +15,11 @@ other; the median of each after warm-ups; speedup = reference median / candidate
 timed call is checked against the reference's, and inputs are read-only during every call. (The cuda backend
 runs candidate and reference interleaved in one child on the GPU, cuda.py.)
 
-Reward (tiers in the style of Dr.Kernel and Kevin): a failure earns less the earlier it happens; a correct
-kernel earns more the faster it is; a speedup above `SUSPICIOUS_SPEEDUP` is flagged and re-timed on freshly
-drawn input sets with twice the repeats before it is paid, and the lower of the two speedups counts.
+Reward (tiers in the style of Dr.Kernel's): a failure earns by the stage it reached (a wrong output more than a
+compile error), except that a candidate refused by the parse, static or link check (no kernel, or an attempted
+hack) earns the least; a correct kernel earns more the faster it is; a speedup above `SUSPICIOUS_SPEEDUP` is
+flagged and re-timed on freshly drawn input sets with twice the repeats before it is paid, and the lower of the two
+speedups counts.
 
 Backends: `cpu_c` (a ```c function, gcc, timed on one CPU thread) and `cuda` (a ```cuda block with kernels
 and a host function, nvcc, run and timed on the GPU against the reference on CUDA tensors); same stages.
@@ -58,9 +60,11 @@ TIERS = ((2.0, 1.0), (1.5, 0.85), (1.2, 0.7), (1.0, 0.5))
 """(speedup at least, reward) for a correct kernel, fastest first"""
 CORRECT_BUT_SLOWER = 0.2
 INCORRECT, COMPILE_FAILED, INVALID = -0.3, -0.5, -1.0
-"""rewards of the failures: wrong output (or a crash, a timeout, mutated inputs) > no library > no kernel"""
+"""rewards of the failures: wrong output (or a crash, a timeout, mutated inputs) > compile error > no kernel, or one
+refused by the static or link check"""
 SUSPICIOUS_SPEEDUP = 10.0
-"""above this a speedup is re-verified before it is paid (KernelBench: anything above 10x is suspicious)"""
+"""above this a speedup is re-verified before it is paid (the line is this course's choice; KernelBench's
+evaluation notes also call for doubt of suspiciously good speedups)"""
 _CODE = re.compile(r"```(?:c|C)\s*\n(.*?)```", re.S)
 BACKENDS = {"cpu_c": cpu_c, "cuda": cuda}
 """backend name → its module: static checks, link check and the children that run and time a candidate"""
