@@ -138,3 +138,15 @@ def test_the_lessons_stickers_demonstrations_are_the_committed_studys_choice():
         assert {**study["settings"].get("extra_demos", {"crates": 8}), "stickers": n} == {**COLD_START_DEMOS, "stickers": n}
         table[n] = study["table"][str(COLD_START_STEPS)]
     assert headroom_choice(table) == COLD_START_DEMOS["stickers"]
+
+
+def test_lesson_12s_cold_start_is_the_committed_studys_choice():
+    """`tasks.sql.COLD_START_STEPS` is what the headroom rule, registered before the run (docs/design/12), chooses from
+    the committed five-seed measurement of lesson 12's questions; every checkpoint makes a sql call in every seed."""
+    from agentrl_lite.course.results import read_results
+    from agentrl_lite.tasks.sql import COLD_START_STEPS
+
+    study = read_results("12_cold_start_study", "cpu", committed=True)["metrics"]
+    assert len(study["seeds"]) >= 5 and study["settings"]["pass_k"] == 8 and study["settings"]["task"] == "sql"
+    table = {int(k): rows for k, rows in study["table"].items()}
+    assert headroom_choice(table, plan_calls=TASKS["sql"].plan_calls) == COLD_START_STEPS

@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                 "per_label": spec.per_label}
     if extra_demos is not None:
         settings["extra_demos"] = extra_demos
-    summary = {**study, "settings": settings, "notebook_seconds": time.perf_counter() - clock}
+    summary = {**study, "headroom_choice": headroom_choice(study["table"], spec.plan_calls), "settings": settings,
+               "notebook_seconds": time.perf_counter() - clock}
     command = os.environ.get("AGENTRL_COMMAND") or (
         "python -m agentrl_lite.course.cold_start_study"
         + ("" if args.task == "word_problems" else f" --task {args.task}")
@@ -256,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k:>3} steps: accuracy " + " ".join(f"{r['accuracy']:.3f}" for r in rows)
               + "; calls " + " ".join(f"{r['calls_per_episode']:.2f}" for r in rows)
               + "; headroom " + " ".join(f"{r['sampled']['headroom']:.3f}" for r in rows))
-    print("chosen:", study["choice"]["chosen"], "—", study["choice"]["rule"])
+    print("accuracy rule:", study["choice"]["chosen"], "—", study["choice"]["rule"])
+    print("headroom rule:", summary["headroom_choice"], "— among those with the plan in every seed, the largest mean "
+          "headroom (greedy wrong, one of the samples right); on a tie, fewer")
     print("wrote", path)
     return 0
 

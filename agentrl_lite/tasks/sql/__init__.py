@@ -19,11 +19,18 @@ from agentrl_lite.tasks.sql.answers import (
     same_answer,
 )
 from agentrl_lite.tasks.sql.database import SCHEMA, build_database, schema_text, shop_rows
-from agentrl_lite.tasks.sql.env import SYSTEM_PROMPT, SqlEnv, demonstration, execution_match_reward
+from agentrl_lite.tasks.sql.env import (
+    COLD_START_STEPS,
+    SYSTEM_PROMPT,
+    SqlEnv,
+    demonstration,
+    execution_match_reward,
+)
 from agentrl_lite.tasks.sql.questions import KINDS, SPLITS, TEMPLATES, sql_splits
 from agentrl_lite.tasks.sql.tool import SqlDatabase
 
 __all__ = [
+    "COLD_START_STEPS",
     "KINDS",
     "NO_RECORD",
     "SCHEMA",

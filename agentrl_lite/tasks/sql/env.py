@@ -83,6 +83,13 @@ def execution_match_reward(prompts: list[Any], completions: list[Any], answer: l
     return [float(same_answer(extract_answer(completion_text(c)), g)) for c, g in zip(completions, gold, strict=True)]
 
 
+COLD_START_STEPS = 16
+"""SFT steps of lesson 12's cold start (batch 8, rate 1e-4), chosen on validation questions by the headroom rule
+registered before its run (docs/design/12_sql_agent.md): every checkpoint of 8, 16 and 24 steps makes a sql call
+in every seed, and 16 leaves the most questions that greedy decoding gets wrong and one of 8 samples gets right
+(`course.cold_start_study --task sql`, results/lessons/12_cold_start_study.json)"""
+
+
 def demonstration(task: dict[str, Any], database: SqlDatabase) -> list[dict[str, str]]:
     """A correct conversation for one task (without the system prompt): one `sql` call with the gold SQL, the
     tool's real reply, then the gold answer."""
