@@ -183,6 +183,19 @@ def test_every_reproducible_lesson_compares_stages_its_committed_results_file_ha
             assert isinstance(metric(record, path), int | float), f"lesson {lesson}: scalar {path} is not a number"
 
 
+def test_label_change_rows_count_seeds_up_level_and_down_per_label():
+    from agentrl_lite.course.reproduce import label_change_rows
+
+    # labels a, b; per seed: a rises in seeds 0 and 2 and stays level in 1; b falls in seed 1, level elsewhere
+    records = {0: record([0, 0, 1, 0], [1, 0, 1, 0], 100.0), 1: record([1, 0, 1, 1], [1, 0, 1, 0], 100.0),
+               2: record([0, 0, 0, 1], [1, 1, 0, 1], 100.0)}
+    rows = label_change_rows(aggregate(SPEC, records), "sft", "rl", header="kind", names={"b": "kind b"})
+    assert [row["kind"] for row in rows] == ["a", "kind b"]
+    assert rows[0]["sft, per seed"] == "0.00, 0.50, 0.00" and rows[0]["rl, per seed"] == "0.50, 0.50, 1.00"
+    assert rows[0]["seeds up / level / down"] == "2 / 1 / 0" and rows[0]["mean change"] == "+0.500"
+    assert rows[1]["seeds up / level / down"] == "0 / 2 / 1" and rows[1]["mean change"] == "-0.167"
+
+
 def test_seed_study_tables_hold_every_part_of_the_summary():
     from agentrl_lite.course.reproduce import seed_study_tables, summarise
 

@@ -501,6 +501,25 @@ def stage_rows(summary: dict[str, Any], labels: bool = True) -> list[dict[str, A
     return rows
 
 
+def label_change_rows(summary: dict[str, Any], before: str, after: str, header: str = "label",
+                      names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """What changed from stage `before` to stage `after`, label by label (a task's kinds or templates), seed by
+    seed: both stages' per-seed accuracy on the label, in how many seeds it rose, stayed level or fell, and the
+    change of the mean. Descriptive: a label's change is not a tested claim unless the lesson registers it.
+    header: the first column's title ("kind", "template"); names: a label's name in the table, if not the label."""
+    was, now = summary["stages"][before]["by_label"], summary["stages"][after]["by_label"]
+    rows = []
+    for label in was:
+        a, b = was[label]["per_seed"], now[label]["per_seed"]
+        rows.append({header: (names or {}).get(label, label),
+                     f"{before}, per seed": ", ".join(f"{x:.2f}" for x in a),
+                     f"{after}, per seed": ", ".join(f"{x:.2f}" for x in b),
+                     "seeds up / level / down": "{} / {} / {}".format(
+                         *(sum(np.sign(y - x) == s for x, y in zip(a, b, strict=True)) for s in (1, 0, -1))),
+                     "mean change": f"{now[label]['estimate'] - was[label]['estimate']:+.3f}"})
+    return rows
+
+
 def comparison_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Table rows of a multi-seed summary's claims: the role (primary, or secondary with Holm's adjustment),
     per-seed differences, the t interval over seeds, the bootstrap interval (over seeds and items; over items
