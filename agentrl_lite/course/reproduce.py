@@ -163,6 +163,8 @@ LESSONS: dict[str, Reproducible] = {
                      ("SFT + GRPO", "one-shot RAG, cold-started"), ("SFT agent", "closed-book, cold-started"),
                      ("SFT agent", "one-shot RAG, cold-started")),
         scalars=("notebook_seconds", "sft.seconds", "runs.retrieved tokens masked.seconds", "runs.trained on.seconds",
+                 "ablation.retrieved_token_share", "ablation.first_step_grad_norm.retrieved tokens masked",
+                 "ablation.first_step_grad_norm.trained on",
                  *(f"heldout.{stage}.{measure}"
                    for measure in ("calls_per_episode", "by_label.single_hop", "by_label.two_hop", "by_label.comparison",
                                    "by_label.unanswerable")
