@@ -44,6 +44,15 @@ def test_subset_is_seeded_and_in_bfcl_order():
     assert numbers == sorted(numbers)
 
 
+def test_a_subset_can_leave_out_every_entry_an_earlier_subset_scored():
+    scored = {t["id"] for t in bfcl.load_bfcl(n_per_category=6, seed=0)}
+    fresh = bfcl.load_bfcl(n_per_category=6, seed=1, exclude=scored)
+    assert len(fresh) == 6 * len(bfcl.CATEGORIES) and not scored & {t["id"] for t in fresh}
+    assert [t["id"] for t in fresh] == [t["id"] for t in bfcl.load_bfcl(n_per_category=6, seed=1, exclude=scored)]
+    # without the exclusion, seed 1's draw shares entries with seed 0's in some category (so the test can fail)
+    assert scored & {t["id"] for t in bfcl.load_bfcl(n_per_category=6, seed=1)}
+
+
 def test_unknown_category_is_a_clear_error():
     with pytest.raises(ValueError, match="live_nonexistent"):
         bfcl.load_category("live_nonexistent")

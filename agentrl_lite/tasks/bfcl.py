@@ -31,7 +31,7 @@ import importlib.util
 import json
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,10 +81,13 @@ def _read_json_lines(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_category(category: str, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+def load_category(category: str, n: int | None = None, seed: int = 0,
+                  exclude: Collection[str] = ()) -> list[dict[str, Any]]:
     """The entries of one BFCL category, each with its possible answer (None for irrelevance).
 
     n: keep a seeded random subset of n entries (in BFCL's order), for quick evaluations; None keeps all.
+    exclude: entry ids left out before the subset is drawn, e.g. every entry an earlier run scored, so that a
+    claim is measured on entries no tuning or probe has seen.
     Each entry: {"id", "category", "messages" (the user turn), "question" (its text), "functions",
     "possible_answer"}.
     """
@@ -92,7 +95,7 @@ def load_category(category: str, n: int | None = None, seed: int = 0) -> list[di
         raise ValueError(f"Unknown BFCL category {category!r}; this module scores "
                          f"{', '.join(CATEGORIES + LIVE_CATEGORIES)}.")
     root = data_dir()
-    entries = _read_json_lines(root / f"BFCL_{VERSION}_{category}.json")
+    entries = [e for e in _read_json_lines(root / f"BFCL_{VERSION}_{category}.json") if e["id"] not in exclude]
     answers_path = root / "possible_answer" / f"BFCL_{VERSION}_{category}.json"
     answers = {a["id"]: a["ground_truth"] for a in _read_json_lines(answers_path)} if answers_path.exists() else {}
     if n is not None and n < len(entries):
@@ -110,9 +113,9 @@ def load_category(category: str, n: int | None = None, seed: int = 0) -> list[di
 
 
 def load_bfcl(categories: Sequence[str] = CATEGORIES, n_per_category: int | None = None,
-              seed: int = 0) -> list[dict[str, Any]]:
-    """Entries of several categories (n_per_category each, or all)."""
-    return [t for c in categories for t in load_category(c, n_per_category, seed)]
+              seed: int = 0, exclude: Collection[str] = ()) -> list[dict[str, Any]]:
+    """Entries of several categories (n_per_category each, or all), without the ids in `exclude`."""
+    return [t for c in categories for t in load_category(c, n_per_category, seed, frozenset(exclude))]
 
 
 # --- prompting -------------------------------------------------------------------------------------------
