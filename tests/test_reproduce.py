@@ -196,6 +196,19 @@ def test_label_change_rows_count_seeds_up_level_and_down_per_label():
     assert rows[1]["seeds up / level / down"] == "0 / 2 / 1" and rows[1]["mean change"] == "-0.167"
 
 
+def test_a_single_run_reproduces_a_study_seed_only_when_every_item_agrees():
+    from agentrl_lite.course.reproduce import reproduces_seed
+
+    records = {s: record([0, 0, 1, 0], [1, 0, 1, s % 2], 100.0) for s in (0, 1, 2)}
+    summary = aggregate(SPEC, records)
+    again = {**record([0, 0, 1, 0], [1, 0, 1, 1], 90.0), "seed": 1}  # seed 1's outcomes, another runtime
+    assert reproduces_seed(again, summary, "heldout")
+    assert not reproduces_seed({**again, "seed": 0}, summary, "heldout")  # seed 0 ended [1, 0, 1, 0]
+    assert not reproduces_seed({**again, "seed": 7}, summary, "heldout")  # a seed the study did not run
+    one_item_off = {**record([0, 0, 1, 1], [1, 0, 1, 1], 90.0), "seed": 1}
+    assert not reproduces_seed(one_item_off, summary, "heldout")
+
+
 def test_seed_study_tables_hold_every_part_of_the_summary():
     from agentrl_lite.course.reproduce import seed_study_tables, summarise
 

@@ -307,6 +307,27 @@ def recompute(spec: Reproducible, summary: dict[str, Any]) -> dict[str, Any]:
     return summarise(replace(spec, scalars=()), records)
 
 
+def reproduces_seed(record: dict[str, Any], summary: dict[str, Any], items: str) -> bool:
+    """Whether a single run's results (`record`, e.g. the committed `<lesson>.json`) give item for item what a
+    seeds file's per-item records hold for the same seed: the same item ids, and at every stage the study recorded,
+    the same outcome on every item. False for a seed the study did not run or a study without records (old rule).
+    items: the results path the study's items come from (`Reproducible.items`, e.g. "heldout")."""
+    seed = record.get("seed")
+    if "records" not in summary or seed not in summary["seeds"]:
+        return False
+    index, ids = summary["seeds"].index(seed), summary["records"]["ids"]
+    stages = metric(record, items)
+    for stage, measures in summary["records"]["per_item"].items():
+        if stage not in stages:
+            return False
+        run_ids = [str(i) for i in stages[stage].get("ids") or [f"#{i}" for i in range(len(stages[stage]["correct"]))]]
+        if run_ids != [str(i) for i in ids]:
+            return False
+        if [float(x) for x in stages[stage]["correct"]] != [float(x) for x in measures["correct"][index]]:
+            return False
+    return True
+
+
 def claims_of(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every claim of a summary by name ("<measure>: " before an `also` measure's), for comparing two summaries."""
     return {**summary["comparisons"], **{f"{measure}: {name}": c for measure, part in summary.get("also", {}).items()
