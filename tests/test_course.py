@@ -541,3 +541,22 @@ def test_a_side_study_with_its_own_seeds_does_not_mark_a_lesson_done(tmp_path):
     assert lesson_status("06", tmp_path / "results") == "🟡"
     (lessons / "06_agentic_grpo.json").write_text(json.dumps({"metrics": {"seeds": [0, 1, 2]}}))
     assert lesson_status("06", tmp_path / "results") == "✅", "the lesson's own file with three seeds still counts"
+
+
+def test_a_cells_memory_peak_never_takes_samples_from_the_next_cell():
+    from datetime import UTC, datetime
+
+    import nbformat
+
+    from agentrl_lite.course.runner import RSS_EVERY_S, _cell_peaks
+
+    def cell(start: float, end: float) -> nbformat.NotebookNode:
+        times = {"start_time": datetime.fromtimestamp(start, tz=UTC).isoformat(),
+                 "end_time": datetime.fromtimestamp(end, tz=UTC).isoformat()}
+        return nbformat.v4.new_code_cell("", metadata={"papermill": times})
+
+    nb = nbformat.v4.new_notebook(cells=[cell(100.0, 100.01), cell(100.02, 102.0)])  # a fast cell, then a heavy one
+    samples = [(100.005, 300.0), (100.03, 900.0), (101.0, 900.0), (102.0 + RSS_EVERY_S / 2, 310.0)]
+    assert _cell_peaks(nb, samples) == {0: 300.0, 1: 900.0}
+    # the last cell keeps its interval of grace: a sample just after it ends is still its own
+    assert _cell_peaks(nbformat.v4.new_notebook(cells=[cell(100.0, 100.01)]), [(100.01 + RSS_EVERY_S / 2, 50.0)]) == {0: 50.0}

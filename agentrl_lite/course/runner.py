@@ -255,13 +255,18 @@ def _cell_peaks(nb: nbformat.NotebookNode, samples: list[tuple[float, float]]) -
     """cell index → peak MB among the samples taken between the cell's papermill start and end times."""
     from datetime import datetime
 
-    out = {}
+    windows = []
     for index, cell in enumerate(_stored_cells(nb)):
         meta = cell.get("metadata", {}).get("papermill", {})
-        if not (meta.get("start_time") and meta.get("end_time")):
-            continue
-        lo, hi = (datetime.fromisoformat(meta[k].replace("Z", "+00:00")).timestamp() for k in ("start_time", "end_time"))
-        inside = [mb for t, mb in samples if lo <= t <= hi + RSS_EVERY_S]
+        if meta.get("start_time") and meta.get("end_time"):
+            windows.append((index, *(datetime.fromisoformat(meta[k].replace("Z", "+00:00")).timestamp()
+                                     for k in ("start_time", "end_time"))))
+    out = {}
+    for position, (index, lo, hi) in enumerate(windows):
+        # one sampling interval of grace after the cell ends (a short cell may hold no sample), but never into the
+        # next cell: its memory is that cell's, and a fast cell before a heavy one must not share its peak
+        until = hi + RSS_EVERY_S if position + 1 == len(windows) else min(hi + RSS_EVERY_S, windows[position + 1][1])
+        inside = [mb for t, mb in samples if lo <= t < until]
         if inside:
             out[index] = round(max(inside), 1)
     return out
